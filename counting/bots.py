@@ -1,0 +1,150 @@
+"""Bot scoring: six weighted signals with their thresholds as data, and the score that rejects."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+from counting.event import Event
+
+REJECT_SCORE = 1.0
+
+# Scripted or headless clients announce themselves in the user agent.
+SCRIPTED_AGENT_PATTERN = (
+    r"(?i)(headless|phantomjs|selenium|webdriver|puppeteer|playwright|python-requests|python-urllib"
+    r"|aiohttp|curl/|wget/|scrapy|httpclient|go-http-client|okhttp|java/|\bbot\b|spider|crawler)"
+)
+_SCRIPTED_AGENT_RE = re.compile(SCRIPTED_AGENT_PATTERN)
+
+# Published ranges of large cloud providers (a sample; extend as data, bump RULES_VERSION).
+DATACENTER_RANGES: tuple[str, ...] = (
+    "3.0.0.0/9",
+    "13.64.0.0/11",
+    "18.128.0.0/9",
+    "34.64.0.0/10",
+    "35.184.0.0/13",
+    "52.0.0.0/10",
+    "104.196.0.0/14",
+    "159.89.0.0/16",
+    "2600:1f00::/24",
+    "2a05:d000::/25",
+)
+_NETWORKS = tuple(ipaddress.ip_network(r) for r in DATACENTER_RANGES)
+
+# TLS client fingerprints of scripting libraries and known farms.
+BAD_JA3: frozenset[str] = frozenset(
+    {
+        "3b5074b1b5d032e5620f69f9f700ff0e",
+        "b32309a26951912be7dba376398abc3b",
+        "6734f37431670b3ab4292b8f60f29984",
+        "e7d705a3286e19ea42f587b344ee6865",
+    }
+)
+
+MAX_VIEWS_PER_ADDRESS_MINUTE = 30
+MAX_REPLAYS_PER_DAY = 12
+WATCH_OVERRUN_FACTOR = 1.05
+WATCH_OVERRUN_SLACK_SECS = 5.0
+MAX_WATCH_SECS = 12 * 3600.0
+
+
+@dataclass(frozen=True)
+class Signal:
+    """One bot signal: its name (the rejection reason) and its weight in the score."""
+
+    name: str
+    weight: float
+
+
+SCRIPTED_AGENT = Signal("scripted_agent", 1.0)
+DATACENTER_IP = Signal("datacenter_ip", 0.6)
+ADDRESS_VELOCITY = Signal("address_velocity", 1.0)
+WATCH_ANOMALY = Signal("watch_anomaly", 0.5)
+REPLAY_RATE = Signal("replay_rate", 1.0)
+BAD_TLS = Signal("bad_ja3", 0.6)
+
+SIGNALS: tuple[Signal, ...] = (
+    SCRIPTED_AGENT,
+    ADDRESS_VELOCITY,
+    REPLAY_RATE,
+    DATACENTER_IP,
+    BAD_TLS,
+    WATCH_ANOMALY,
+)
+REASONS: tuple[str, ...] = tuple(s.name for s in SIGNALS)
+
+
+def is_scripted_agent(user_agent: str | None) -> bool:
+    return user_agent is not None and _SCRIPTED_AGENT_RE.search(user_agent) is not None
+
+
+@lru_cache(maxsize=65_536)
+def is_datacenter_ip(ip: str | None) -> bool:
+    if ip is None:
+        return False
+    try:
+        address = ipaddress.ip_address(ip)
+    except ValueError:
+        return False
+    return any(address.version == n.version and address in n for n in _NETWORKS)
+
+
+def is_bad_ja3(ja3: str | None) -> bool:
+    return ja3 is not None and ja3.lower() in BAD_JA3
+
+
+def is_watch_anomaly(watch_secs: float | None, duration_secs: float | None) -> bool:
+    """Watched longer than the video allows, or longer than anyone plausibly watches."""
+    if watch_secs is None:
+        return False
+    if watch_secs > MAX_WATCH_SECS:
+        return True
+    if duration_secs is None:
+        return False
+    return watch_secs > duration_secs * WATCH_OVERRUN_FACTOR + WATCH_OVERRUN_SLACK_SECS
+
+
+def is_high_velocity(views_from_address_this_minute: int) -> bool:
+    return views_from_address_this_minute > MAX_VIEWS_PER_ADDRESS_MINUTE
+
+
+def is_replay_loop(views_by_viewer_of_video_today: int) -> bool:
+    return views_by_viewer_of_video_today > MAX_REPLAYS_PER_DAY
+
+
+def static_signals(event: Event) -> list[Signal]:
+    """The signals one event shows on its own, without any window."""
+    found = []
+    if is_scripted_agent(event.user_agent):
+        found.append(SCRIPTED_AGENT)
+    if is_datacenter_ip(event.ip):
+        found.append(DATACENTER_IP)
+    if is_bad_ja3(event.ja3):
+        found.append(BAD_TLS)
+    if is_watch_anomaly(event.watch_secs, event.video_duration_secs):
+        found.append(WATCH_ANOMALY)
+    return found
+
+
+def signals(event: Event, address_minute_views: int, viewer_day_views: int) -> list[Signal]:
+    """Every signal of a view, given its window counts (views from its address in its minute,
+    views of its video by its viewer in its day)."""
+    found = static_signals(event)
+    if is_high_velocity(address_minute_views):
+        found.append(ADDRESS_VELOCITY)
+    if is_replay_loop(viewer_day_views):
+        found.append(REPLAY_RATE)
+    return found
+
+
+def score(found: list[Signal]) -> float:
+    return sum(s.weight for s in found)
+
+
+def rejection_reason(found: list[Signal]) -> str | None:
+    """The reason recorded for a rejected view (its heaviest signal), or None if it is not rejected."""
+    if score(found) < REJECT_SCORE:
+        return None
+    return min(found, key=lambda s: (-s.weight, SIGNALS.index(s))).name

@@ -1,0 +1,145 @@
+"""The event model and its validation: every field rule of the design, errors naming the field."""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import re
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from counting.errors import InvalidEvent
+
+EventType = Literal["view", "like", "unlike", "dislike", "undislike", "heartbeat"]
+EVENT_TYPES: tuple[str, ...] = ("view", "like", "unlike", "dislike", "undislike", "heartbeat")
+REACTION_TYPES: frozenset[str] = frozenset({"like", "unlike", "dislike", "undislike"})
+SESSION_TYPES: frozenset[str] = frozenset({"view", "heartbeat"})
+
+VIDEO_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+MAX_FUTURE_MS = 24 * 3_600_000
+MAX_AGE_MS = 30 * 24 * 3_600_000
+MAX_BATCH_EVENTS = 10_000
+MAX_BODY_BYTES = 4 * 1024 * 1024
+_VIDEO_ID_RE = re.compile(VIDEO_ID_PATTERN)
+
+Id64 = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+VideoId = Annotated[str, msgspec.Meta(pattern=VIDEO_ID_PATTERN)]
+Millis = Annotated[int, msgspec.Meta(ge=0, le=2**53)]
+Seconds = Annotated[float, msgspec.Meta(ge=0, le=1e9)]
+PositiveSeconds = Annotated[float, msgspec.Meta(gt=0, le=1e9)]
+
+
+class Event(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """One accepted event; `ingest_ts` is stamped by the ingest API, never by the client."""
+
+    event_id: Id64
+    type: EventType
+    video_id: VideoId
+    ts: Millis
+    user_id: Id64 | None = None
+    session_id: Id64 | None = None
+    ip: Annotated[str, msgspec.Meta(max_length=45)] | None = None
+    user_agent: Annotated[str, msgspec.Meta(max_length=512)] | None = None
+    watch_secs: Seconds | None = None
+    video_duration_secs: PositiveSeconds | None = None
+    ja3: Annotated[str, msgspec.Meta(max_length=64)] | None = None
+    ingest_ts: Millis | None = None
+
+
+class _Batch(msgspec.Struct, forbid_unknown_fields=True):
+    events: list[msgspec.Raw]
+
+
+_FIELD_RE = re.compile(r"at `\$\.([A-Za-z_]+)")
+_UNKNOWN_RE = re.compile(r"unknown field `([^`]*)`")
+_MISSING_RE = re.compile(r"missing required field `([^`]*)`")
+
+
+def _error_from_msgspec(exc: msgspec.ValidationError | msgspec.DecodeError, prefix: str = "") -> InvalidEvent:
+    text = str(exc)
+    for pattern in (_UNKNOWN_RE, _MISSING_RE):
+        match = pattern.search(text)
+        if match:
+            what = "unknown field" if pattern is _UNKNOWN_RE else "required field is missing"
+            return InvalidEvent(prefix + match.group(1), what)
+    match = _FIELD_RE.search(text)
+    field = match.group(1) if match else "body"
+    reason = text.split(" - at ")[0]
+    return InvalidEvent(prefix + field, reason)
+
+
+def check_rules(event: Event, now_ms: int) -> None:
+    """Cross-field and clock rules that a schema cannot say; raise InvalidEvent naming the field."""
+    if event.type in REACTION_TYPES and event.user_id is None:
+        raise InvalidEvent("user_id", f"required for a {event.type!r} event")
+    if event.type in SESSION_TYPES and event.session_id is None:
+        raise InvalidEvent("session_id", f"required for a {event.type!r} event")
+    if event.watch_secs is not None:
+        if event.type != "view":
+            raise InvalidEvent("watch_secs", f"only allowed on 'view' events (got type {event.type!r})")
+        if not math.isfinite(event.watch_secs):
+            raise InvalidEvent("watch_secs", f"must be a finite number (got {event.watch_secs!r})")
+    if event.ts > now_ms + MAX_FUTURE_MS:
+        raise InvalidEvent("ts", f"more than 24 h in the future (got {event.ts}, now {now_ms})")
+    if event.ts < now_ms - MAX_AGE_MS:
+        raise InvalidEvent("ts", f"older than 30 days (got {event.ts}, now {now_ms})")
+    if event.ip is not None:
+        try:
+            ipaddress.ip_address(event.ip)
+        except ValueError:
+            raise InvalidEvent("ip", f"not an IPv4 or IPv6 address (got {event.ip!r})") from None
+    if event.ingest_ts is not None:
+        raise InvalidEvent("ingest_ts", "set by the server; leave it out")
+
+
+def parse_event(raw: bytes | str, now_ms: int) -> Event:
+    """Decode and validate one JSON event; raise InvalidEvent naming the field and the reason."""
+    try:
+        event = msgspec.json.decode(raw, type=Event)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise _error_from_msgspec(exc) from None
+    check_rules(event, now_ms)
+    return event
+
+
+def event_from_dict(data: dict[str, Any], now_ms: int) -> Event:
+    """Validate an already-decoded JSON object (the single-event routes build one)."""
+    try:
+        event = msgspec.convert(data, type=Event)
+    except msgspec.ValidationError as exc:
+        raise _error_from_msgspec(exc) from None
+    check_rules(event, now_ms)
+    return event
+
+
+def parse_batch(body: bytes, now_ms: int) -> tuple[list[Event], list[dict[str, Any]]]:
+    """Validate a batch body `{"events": [...]}`: the valid events, and one error per bad event.
+
+    A body that is not such an object raises InvalidEvent for the whole request.
+    """
+    if len(body) > MAX_BODY_BYTES:
+        raise InvalidEvent("body", f"larger than {MAX_BODY_BYTES} bytes (got {len(body)})")
+    try:
+        batch = msgspec.json.decode(body, type=_Batch)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise _error_from_msgspec(exc) from None
+    if len(batch.events) > MAX_BATCH_EVENTS:
+        raise InvalidEvent("events", f"at most {MAX_BATCH_EVENTS} events a batch (got {len(batch.events)})")
+    accepted: list[Event] = []
+    errors: list[dict[str, Any]] = []
+    for index, raw in enumerate(batch.events):
+        try:
+            accepted.append(parse_event(raw, now_ms))
+        except InvalidEvent as exc:
+            errors.append({"index": index, "field": exc.field, "reason": exc.reason})
+    return accepted, errors
+
+
+def is_valid_video_id(value: str) -> bool:
+    return bool(_VIDEO_ID_RE.match(value))
+
+
+def stamped(event: Event, ingest_ts: int) -> Event:
+    """The event as the log keeps it: with the server's ingestion time."""
+    return msgspec.structs.replace(event, ingest_ts=ingest_ts)

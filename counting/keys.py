@@ -1,0 +1,60 @@
+"""The Redis key layout. Every key of one video carries the hash tag `{video_id}` so that one
+atomic write touching a video stays in one Redis Cluster slot."""
+
+from __future__ import annotations
+
+PREFIX = "tally"
+
+
+def video_tag(video_id: str) -> str:
+    return "{" + video_id + "}"
+
+
+def bucket_counts(video_id: str, bucket: int) -> str:
+    """Hash of per-bucket deltas of a video: views, likes, dislikes, uniques, rejected:<reason>."""
+    return f"{PREFIX}:{video_tag(video_id)}:b:{bucket}"
+
+
+def buckets_index(video_id: str) -> str:
+    """Sorted set of the buckets a video has deltas in (member and score: the bucket number)."""
+    return f"{PREFIX}:{video_tag(video_id)}:buckets"
+
+
+def event_marker(video_id: str, event_id: str) -> str:
+    """Set once per event_id (per video): a retry finds it and counts nothing."""
+    return f"{PREFIX}:{video_tag(video_id)}:e:{event_id}"
+
+
+def window_marker(video_id: str, viewer: str, window: int) -> str:
+    """Set when a viewer's view in a 30-minute window has been counted."""
+    return f"{PREFIX}:{video_tag(video_id)}:w:{window}:{viewer}"
+
+
+def viewers(video_id: str) -> str:
+    """The set of viewers already counted for a video (exact in this version)."""
+    return f"{PREFIX}:{video_tag(video_id)}:viewers"
+
+
+def reactions(video_id: str) -> str:
+    """Hash user_id -> `ts|event_id|state`: the latest reaction of each user to the video."""
+    return f"{PREFIX}:{video_tag(video_id)}:reactions"
+
+
+def presence(video_id: str) -> str:
+    """Sorted set session_id -> time of its last heartbeat (ms)."""
+    return f"{PREFIX}:{video_tag(video_id)}:presence"
+
+
+def partition_offset(topic: str, partition: int) -> str:
+    """The last offset of a partition whose increments are in Redis (exactly-once bookkeeping)."""
+    return f"{PREFIX}:offsets:{topic}:{partition}"
+
+
+def archiver_watermark() -> str:
+    """The ingestion time (ms) below which every event is durably in the Parquet log."""
+    return f"{PREFIX}:archiver:watermark"
+
+
+def videos_index() -> str:
+    """Set of every video the speed layer has seen."""
+    return f"{PREFIX}:videos"

@@ -1,0 +1,67 @@
+"""The counting rules as plain functions and constants: dedup, views, viewers, reactions, buckets."""
+
+from __future__ import annotations
+
+from counting.event import Event
+
+RULES_VERSION = "2026.11.1"
+
+MIN_WATCH_SECS = 30.0
+VIEW_WINDOW_MS = 30 * 60_000
+MINUTE_MS = 60_000
+DAY_MS = 24 * 3_600_000
+PRESENCE_MS = 60_000
+
+LIKED = "liked"
+DISLIKED = "disliked"
+NONE = "none"
+REACTION_STATE: dict[str, str] = {"like": LIKED, "dislike": DISLIKED, "unlike": NONE, "undislike": NONE}
+
+
+def bucket_of(ingest_ts: int, bucket_ms: int) -> int:
+    """The speed-layer bucket of an event: by ingestion time, never event time."""
+    return ingest_ts // bucket_ms
+
+
+def is_on_bucket_edge(cutoff_ms: int, bucket_ms: int) -> bool:
+    return cutoff_ms % bucket_ms == 0
+
+
+def viewer_of(event: Event) -> str:
+    """Who watched: the user, or `anon:` + session for an anonymous viewer."""
+    if event.user_id is not None:
+        return event.user_id
+    return f"anon:{event.session_id}"
+
+
+def view_window_of(ts: int) -> int:
+    """The 30-minute window of event time in which a viewer counts once per video."""
+    return ts // VIEW_WINDOW_MS
+
+
+def minute_of(ts: int) -> int:
+    return ts // MINUTE_MS
+
+
+def day_of(ts: int) -> int:
+    return ts // DAY_MS
+
+
+def is_qualified_view(event: Event) -> bool:
+    """A view that watched long enough to be a candidate for counting."""
+    return event.type == "view" and (event.watch_secs or 0.0) >= MIN_WATCH_SECS
+
+
+def reaction_state(event_type: str) -> str:
+    """The reaction a reaction event leaves: liked, disliked or none."""
+    return REACTION_STATE[event_type]
+
+
+def reaction_order(event: Event) -> tuple[int, str]:
+    """The order that decides the latest reaction of a (user, video) pair: ts, then event_id."""
+    return (event.ts, event.event_id)
+
+
+def first_copy_order(event: Event) -> tuple[int, str]:
+    """Among copies of one event_id, the one ingested first is the one that counts."""
+    return (event.ingest_ts or 0, event.event_id)

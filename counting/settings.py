@@ -1,0 +1,49 @@
+"""The platform's settings: one frozen pydantic-settings model, env prefix TALLY_."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+HOUR_MS = 3_600_000
+
+
+class Settings(BaseSettings):
+    """Every knob of Tally; read once at an entry point and passed down."""
+
+    model_config = SettingsConfigDict(env_prefix="TALLY_", frozen=True, extra="ignore")
+
+    data_dir: Path = Field(default=Path("data"), description="root of the log, baselines and stores")
+    bucket_ms: int = Field(default=HOUR_MS, gt=0, description="speed-layer bucket width")
+    retention_ms: int = Field(default=3 * 24 * HOUR_MS, gt=0, description="speed bucket lifetime")
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    kafka_bootstrap: str = "127.0.0.1:9092"
+    events_topic: str = "events"
+    dead_letter_topic: str = "events-dead-letter"
+    topic_partitions: int = Field(default=4, gt=0)
+    delivery_timeout_ms: int = Field(
+        default=5_000, gt=0, description="producer delivery timeout; the grace before a cutoff closes"
+    )
+    ingest_host: str = "127.0.0.1"
+    ingest_port: int = 8001
+    serving_host: str = "127.0.0.1"
+    serving_port: int = 8000
+    spark_master: str = "local[2]"
+    archiver_flush_ms: int = Field(default=1_000, gt=0, description="longest an archiver batch waits")
+    counter_flush_ms: int = Field(default=200, gt=0, description="longest a counter batch waits")
+    faust_web_port: int = 6066
+    admin_key: str = "change-me"
+
+    @property
+    def raw_dir(self) -> Path:
+        return self.data_dir / "raw"
+
+    @property
+    def baselines_dir(self) -> Path:
+        return self.data_dir / "baselines"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.data_dir / "run"

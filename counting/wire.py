@@ -1,0 +1,25 @@
+"""The broker record format: events bound for one partition packed into one msgpack record."""
+
+from __future__ import annotations
+
+import msgspec
+
+from counting.event import Event
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(list[Event])
+
+
+def encode_events(events: list[Event]) -> bytes:
+    """Pack stamped events into one record value."""
+    return _encoder.encode(events)
+
+
+def decode_events(value: bytes) -> list[Event]:
+    """Unpack a record value; raises msgspec.DecodeError or ValidationError on a malformed record."""
+    return _decoder.decode(value)
+
+
+def record_key(video_id: str, shard: int = 0) -> bytes:
+    """The partitioning key: the video, or `video_id#k` for a shard of a hot video."""
+    return (video_id if shard == 0 else f"{video_id}#{shard}").encode()

@@ -1,0 +1,7 @@
+"""The warehouse: the published batch baseline, DuckDB models and the relational store."""
+
+from __future__ import annotations
+
+from warehouse.baseline import Baseline, BaselineRow, current_baseline, publish_baseline
+
+__all__ = ["Baseline", "BaselineRow", "current_baseline", "publish_baseline"]
