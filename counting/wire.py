@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import zlib
+
 import msgspec
 
 from counting.event import Event
@@ -23,3 +25,8 @@ def decode_events(value: bytes) -> list[Event]:
 def record_key(video_id: str, shard: int = 0) -> bytes:
     """The partitioning key: the video, or `video_id#k` for a shard of a hot video."""
     return (video_id if shard == 0 else f"{video_id}#{shard}").encode()
+
+
+def partition_for(key: bytes, partitions: int) -> int:
+    """The partition of a key: crc32 modulo the partition count (the same everywhere)."""
+    return zlib.crc32(key) % partitions

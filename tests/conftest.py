@@ -1,0 +1,58 @@
+"""Shared fixtures: a real Tansu broker and a real Redis for integration tests, settings on tmp dirs."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from counting.settings import Settings
+from tally.services import Service, free_port, start_broker, start_redis
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Kafka-protocol broker (Tansu, memory storage) for the whole session: its bootstrap."""
+    service = start_broker(free_port(), tmp_path_factory.mktemp("broker"))
+    yield f"127.0.0.1:{service.port}"
+    service.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Redis: TALLY_TEST_REDIS_URL if set, else a redis-server of the test session's own."""
+    url = os.environ.get("TALLY_TEST_REDIS_URL")
+    if url:
+        yield url
+        return
+    service: Service = start_redis(free_port(), tmp_path_factory.mktemp("redis"))
+    yield f"redis://127.0.0.1:{service.port}/0"
+    service.stop()
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    yield client
+    client.flushdb()
+    client.close()
+
+
+@pytest.fixture
+def settings(tmp_path: Path, redis_url: str) -> Settings:
+    """Settings on a fresh data directory, small buckets, a topic of the test's own."""
+    topic = f"events-{uuid.uuid4().hex[:8]}"
+    return Settings(
+        data_dir=tmp_path / "data",
+        bucket_ms=2_000,
+        redis_url=redis_url,
+        events_topic=topic,
+        dead_letter_topic=f"{topic}-dlq",
+        topic_partitions=2,
+        delivery_timeout_ms=1_000,
+    )
