@@ -104,8 +104,19 @@ def start_redis(port: int, log_dir: Path) -> Service:
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"redis-{port}.log"
     process = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--logfile", str(log)],
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--logfile",
+            str(log),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,

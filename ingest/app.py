@@ -1,0 +1,94 @@
+"""The write API: validates events, stamps `ingest_ts`, answers after the broker acknowledged them."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import msgspec
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from counting.errors import InvalidEvent
+from counting.event import MAX_BODY_BYTES, event_from_dict, is_valid_video_id, parse_batch
+from counting.settings import Settings
+from ingest.errors import BrokerUnavailable
+from ingest.publisher import Publisher, now_ms
+from ingest.routes import SINGLE_ROUTES
+
+
+def _error(status: int, errors: list[dict[str, Any]], **extra: Any) -> JSONResponse:
+    return JSONResponse(status_code=status, content={"errors": errors, **extra})
+
+
+async def _read_body(request: Request) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise InvalidEvent("body", f"larger than {MAX_BODY_BYTES} bytes (got {declared})")
+    body = bytearray()
+    async for chunk in request.stream():
+        body.extend(chunk)
+        if len(body) > MAX_BODY_BYTES:
+            raise InvalidEvent("body", f"larger than {MAX_BODY_BYTES} bytes")
+    return bytes(body)
+
+
+def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAPI:
+    """The ingest API wired to a publisher (a real broker unless a test passes another)."""
+    pub = publisher or Publisher(settings)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await pub.start()
+        yield
+        await pub.stop()
+
+    app = FastAPI(title="Tally ingest API", version="0.1.0", lifespan=lifespan)
+
+    @app.exception_handler(InvalidEvent)
+    async def _invalid(_: Request, exc: InvalidEvent) -> JSONResponse:
+        status = 413 if exc.field == "body" and "larger than" in exc.reason else 422
+        return _error(status, [exc.as_dict()], accepted=0)
+
+    @app.exception_handler(BrokerUnavailable)
+    async def _unavailable(_: Request, exc: BrokerUnavailable) -> JSONResponse:
+        return _error(503, [{"field": "broker", "reason": str(exc)}], accepted=0)
+
+    @app.post("/v1/events")
+    async def post_events(request: Request) -> JSONResponse:
+        """Accept a batch `{"events": [...]}`; valid events are written even when others are refused."""
+        body = await _read_body(request)
+        events, errors = parse_batch(body, now_ms())
+        written = await pub.publish(events)
+        content = {"accepted": len(written), "errors": errors}
+        return JSONResponse(status_code=422 if errors else 202, content=content)
+
+    def _single(event_type: str) -> Any:
+        async def handler(video_id: str, request: Request) -> JSONResponse:
+            if not is_valid_video_id(video_id):
+                raise InvalidEvent("video_id", f"must match [A-Za-z0-9_-]{{1,64}} (got {video_id!r})")
+            body = await _read_body(request)
+            try:
+                data = msgspec.json.decode(body) if body else {}
+            except msgspec.DecodeError as exc:
+                raise InvalidEvent("body", f"not valid JSON ({exc})") from None
+            if not isinstance(data, dict):
+                raise InvalidEvent("body", f"must be a JSON object (got {type(data).__name__})")
+            for field in ("type", "video_id"):
+                if field in data:
+                    raise InvalidEvent(field, "set by the route; leave it out of the body")
+            event = event_from_dict({**data, "type": event_type, "video_id": video_id}, now_ms())
+            written = await pub.publish([event])
+            return JSONResponse(status_code=202, content={"accepted": 1, "ingest_ts": written[0].ingest_ts})
+
+        return handler
+
+    for method, path, event_type in SINGLE_ROUTES:
+        app.add_api_route(path, _single(event_type), methods=[method], status_code=202)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app

@@ -1,0 +1,8 @@
+"""The read API: merges the batch baseline with the speed layer's recent deltas."""
+
+from __future__ import annotations
+
+from serving_layer.app import create_app
+from serving_layer.merge import Stats, merge
+
+__all__ = ["Stats", "create_app", "merge"]

@@ -1,0 +1,19 @@
+"""Run the serving API: `python -m serving_layer` (settings from TALLY_* variables)."""
+
+from __future__ import annotations
+
+import uvicorn
+
+from counting.settings import Settings
+from serving_layer.app import create_app
+
+
+def main() -> None:
+    settings = Settings()
+    uvicorn.run(
+        create_app(settings), host=settings.serving_host, port=settings.serving_port, log_level="warning"
+    )
+
+
+if __name__ == "__main__":
+    main()
