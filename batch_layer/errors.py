@@ -1,0 +1,21 @@
+"""Errors of the batch layer: one base class, small subclasses that say what to do."""
+
+from __future__ import annotations
+
+from counting.errors import TallyError
+
+
+class BatchError(TallyError):
+    """A batch run could not run or could not publish its baseline."""
+
+
+class CutoffNotOnBucketEdge(BatchError, ValueError):
+    """The cutoff is not a multiple of the bucket width, so the speed layer cannot resume from it."""
+
+
+class CutoffNotClosed(BatchError):
+    """The archiver has not yet written every event ingested before the cutoff."""
+
+
+class WatermarkUnavailable(BatchError):
+    """The archiver watermark cannot be read (Redis down, key missing or not an integer)."""

@@ -1,0 +1,129 @@
+"""The ingest API against a real broker: per-event errors, stamping, packing, acknowledged writes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from fastapi.testclient import TestClient
+
+from counting.event import Event
+from counting.settings import Settings
+from counting.wire import decode_events
+from ingest.app import create_app
+from tally.topics import ensure_topics
+
+pytestmark = pytest.mark.integration
+
+
+def _now() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _view(event_id: str, video_id: str = "v1") -> dict[str, object]:
+    return {
+        "event_id": event_id,
+        "type": "view",
+        "video_id": video_id,
+        "ts": _now(),
+        "session_id": "s1",
+        "watch_secs": 45,
+    }
+
+
+@pytest.fixture
+def ingest_settings(settings: Settings, broker: str) -> Settings:
+    configured = settings.model_copy(update={"kafka_bootstrap": broker})
+    ensure_topics(configured)
+    return configured
+
+
+@pytest.fixture
+def client(ingest_settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(ingest_settings)) as test_client:
+        yield test_client
+
+
+def _read_topic(settings: Settings, expected: int, timeout: float = 15.0) -> list[Event]:
+    consumer = Consumer(
+        {"bootstrap.servers": settings.kafka_bootstrap, "group.id": "reader", "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition(settings.events_topic, p, 0) for p in range(settings.topic_partitions)])
+    events: list[Event] = []
+    deadline = time.monotonic() + timeout
+    while len(events) < expected and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            events.extend(decode_events(message.value()))
+    consumer.close()
+    return events
+
+
+def test_batch_accepts_valid_events_and_names_each_bad_one(
+    client: TestClient, ingest_settings: Settings
+) -> None:
+    bad_video = {**_view("e3"), "video_id": "no spaces"}
+    unknown = {**_view("e4"), "color": "red"}
+    body = {"events": [_view("e1", "v1"), _view("e2", "v2"), bad_video, unknown, _view("e5", "v3")]}
+
+    response = client.post("/v1/events", json=body)
+
+    assert response.status_code == 422
+    answer = response.json()
+    assert answer["accepted"] == 3
+    assert [(e["index"], e["field"]) for e in answer["errors"]] == [(2, "video_id"), (3, "color")]
+    written = _read_topic(ingest_settings, 3)
+    assert sorted(e.event_id for e in written) == ["e1", "e2", "e5"]
+    assert all(e.ingest_ts is not None and abs(e.ingest_ts - _now()) < 60_000 for e in written)
+
+
+def test_all_valid_batch_is_202(client: TestClient, ingest_settings: Settings) -> None:
+    response = client.post("/v1/events", json={"events": [_view(f"ok{i}", f"v{i}") for i in range(20)]})
+    assert response.status_code == 202
+    assert response.json() == {"accepted": 20, "errors": []}
+    assert len(_read_topic(ingest_settings, 20)) == 20
+
+
+def test_single_like_route_sets_type_and_video(client: TestClient, ingest_settings: Settings) -> None:
+    response = client.post("/v1/videos/abc/like", json={"event_id": "l1", "user_id": "u1", "ts": _now()})
+    assert response.status_code == 202
+    response = client.request(
+        "DELETE", "/v1/videos/abc/like", json={"event_id": "l2", "user_id": "u1", "ts": _now()}
+    )
+    assert response.status_code == 202
+    written = _read_topic(ingest_settings, 2)
+    assert sorted((e.event_id, e.type, e.video_id) for e in written) == [
+        ("l1", "like", "abc"),
+        ("l2", "unlike", "abc"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/v1/videos/abc/like", {"event_id": "x", "ts": 1}, "user_id"),
+        ("/v1/videos/abc/view", {"event_id": "x", "ts": 0, "session_id": "s"}, "ts"),
+        ("/v1/videos/abc/view", {"event_id": "x", "type": "like"}, "type"),
+        ("/v1/videos/a%20b/heartbeat", {"event_id": "x", "session_id": "s"}, "video_id"),
+    ],
+)
+def test_single_routes_refuse_with_the_field(
+    client: TestClient, path: str, body: dict[str, object], field: str
+) -> None:
+    if field == "user_id":
+        body = {**body, "ts": _now()}
+    response = client.post(path, json=body)
+    assert response.status_code == 422
+    assert response.json()["errors"][0]["field"] == field
+
+
+def test_malformed_and_oversized_bodies(client: TestClient) -> None:
+    response = client.post("/v1/events", content=b"{not json", headers={"content-type": "application/json"})
+    assert response.status_code == 422
+    assert response.json()["errors"][0]["field"] == "body"
+    huge = b'{"events": [' + b" " * (5 * 1024 * 1024) + b"]}"
+    response = client.post("/v1/events", content=huge, headers={"content-type": "application/json"})
+    assert response.status_code == 413
+    assert response.json()["errors"][0]["field"] == "body"
