@@ -59,7 +59,7 @@ def require_closed_cutoff(settings: Settings, cutoff_ms: int) -> int:
     events for good (the serving layer adds only the speed buckets at or after the cutoff).
     """
     check_on_bucket_edge(cutoff_ms, settings.bucket_ms)
-    client = redis.Redis.from_url(settings.redis_url)
+    client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=5.0)
     try:
         watermark = read_watermark(client, settings.redis_url)
     finally:

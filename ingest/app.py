@@ -61,7 +61,11 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
         body = await _read_body(request)
         events, errors = parse_batch(body, now_ms())
         written = await pub.publish(events)
-        content = {"accepted": len(written), "errors": errors}
+        content = {
+            "accepted": len(written),
+            "ingest_ts": written[0].ingest_ts if written else None,
+            "errors": errors,
+        }
         return JSONResponse(status_code=422 if errors else 202, content=content)
 
     def _single(event_type: str) -> Any:

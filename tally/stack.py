@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,6 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
+import redis
+
+from counting import keys
 from counting.settings import Settings
 from tally.errors import StackError
 from tally.services import is_listening, start_broker, start_redis, wait_for_port
@@ -115,10 +119,11 @@ def _local_port(url_or_hostport: str, default: int) -> tuple[str, int]:
     return parsed.hostname or "127.0.0.1", parsed.port or default
 
 
-def _start_service_if_needed(stack: Stack, name: str, address: str, default_port: int) -> None:
+def _start_service_if_needed(stack: Stack, name: str, address: str, default_port: int) -> bool:
+    """Start the broker or Redis on loopback unless one answers there; True if it was started."""
     host, port = _local_port(address, default_port)
     if is_listening(port, host):
-        return
+        return False
     if host not in ("127.0.0.1", "localhost"):
         raise StackError(
             f"{name} is not reachable at {address} and is not local, so 'tally up' cannot start it"
@@ -127,14 +132,56 @@ def _start_service_if_needed(stack: Stack, name: str, address: str, default_port
     service = start_broker(port, log_dir) if name == "broker" else start_redis(port, log_dir)
     stack.processes.append(Process(name, service.process.pid, str(service.log), service.process))
     stack.save()
+    return True
 
 
-def start_stack(settings: Settings) -> Stack:
-    """Start what is not already running: broker, Redis, topics, both Faust workers, both APIs."""
+def _has_old_state(settings: Settings) -> bool:
+    if settings.raw_dir.exists() and any(settings.raw_dir.rglob("*.parquet")):
+        return True
+    client = redis.Redis.from_url(settings.redis_url)
+    try:
+        return any(True for _ in client.scan_iter(match=f"{keys.PREFIX}:*", count=1000))
+    finally:
+        client.close()
+
+
+def reset_state(settings: Settings) -> None:
+    """Forget the log, baselines and speed state: for a fresh local broker, whose log starts empty."""
+    for folder in (settings.raw_dir, settings.baselines_dir, settings.data_dir / "batch"):
+        shutil.rmtree(folder, ignore_errors=True)
+    client = redis.Redis.from_url(settings.redis_url)
+    try:
+        batch = []
+        for key in client.scan_iter(match=f"{keys.PREFIX}:*", count=1000):
+            batch.append(key)
+            if len(batch) >= 1000:
+                client.delete(*batch)
+                batch.clear()
+        if batch:
+            client.delete(*batch)
+    finally:
+        client.close()
+
+
+def start_stack(settings: Settings, reset: bool = False) -> Stack:
+    """Start what is not already running: broker, Redis, topics, both Faust workers, both APIs.
+
+    The local broker keeps nothing across restarts, so a freshly started one means an empty log:
+    the speed state and Parquet log of an earlier run would point into a log that is gone. Then
+    `reset` wipes them; without it, starting over old state is refused.
+    """
     stack = Stack(settings)
     try:
-        _start_service_if_needed(stack, "broker", settings.kafka_bootstrap, 9092)
+        fresh_broker = _start_service_if_needed(stack, "broker", settings.kafka_bootstrap, 9092)
         _start_service_if_needed(stack, "redis", settings.redis_url, 6379)
+        if reset:
+            reset_state(settings)
+        elif fresh_broker and _has_old_state(settings):
+            raise StackError(
+                f"a new local broker starts with an empty log, but {settings.data_dir} or Redis at "
+                f"{settings.redis_url} still hold the state of an earlier run: rerun with "
+                "'tally up --reset' to start empty"
+            )
         ensure_topics(settings)
         for name in ("counter", "archiver", "ingest", "serving"):
             stack.start_worker(name)

@@ -1,0 +1,142 @@
+"""The `tally` command line: the local stack, load generation, batch runs and the demo."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from counting.errors import TallyError
+from counting.settings import Settings
+
+app = typer.Typer(help="Tally: exact view and like counters at scale.", no_args_is_help=True)
+batch_app = typer.Typer(help="Batch layer runs.", no_args_is_help=True)
+app.add_typer(batch_app, name="batch")
+console = Console()
+
+
+def _settings(data_dir: Path | None = None, **overrides: object) -> Settings:
+    updates = {k: v for k, v in overrides.items() if v is not None}
+    if data_dir is not None:
+        updates["data_dir"] = data_dir
+    return Settings(**updates)  # type: ignore[arg-type]
+
+
+DataDir = Annotated[Path | None, typer.Option(help="data directory (default: TALLY_DATA_DIR or ./data)")]
+
+
+@app.command()
+def up(
+    data_dir: DataDir = None,
+    reset: Annotated[bool, typer.Option(help="start with an empty log and speed state")] = False,
+) -> None:
+    """Start the local stack: broker, Redis, the Faust workers and both APIs."""
+    from tally.stack import start_stack
+
+    settings = _settings(data_dir)
+    stack = start_stack(settings, reset=reset)
+    for process in stack.processes:
+        console.print(f"  {process.name:<9} pid {process.pid:<7} log {process.log}")
+    console.print(f"ingest API  http://{settings.ingest_host}:{settings.ingest_port}/docs")
+    console.print(f"serving API http://{settings.serving_host}:{settings.serving_port}/docs")
+    console.print("stop it with: tally down")
+
+
+@app.command()
+def down(data_dir: DataDir = None) -> None:
+    """Stop what `tally up` started."""
+    from tally.stack import load_stack
+
+    stack = load_stack(_settings(data_dir))
+    if not stack.processes:
+        console.print("nothing to stop: no stack is recorded under this data directory")
+        return
+    names = ", ".join(p.name for p in stack.processes)
+    stack.stop()
+    console.print(f"stopped {names}")
+
+
+@app.command()
+def status(data_dir: DataDir = None) -> None:
+    """List the processes of the local stack and whether they run."""
+    from tally.stack import load_stack
+
+    stack = load_stack(_settings(data_dir))
+    for process in stack.processes:
+        state = "running" if process.alive() else "stopped"
+        console.print(f"{process.name:<9} pid {process.pid:<7} {state}")
+
+
+@app.command()
+def loadgen(
+    events: Annotated[int, typer.Option(help="how many events to generate")] = 10_000,
+    rate: Annotated[float, typer.Option(help="events per second")] = 500.0,
+    seed: Annotated[int, typer.Option(help="random seed")] = 7,
+    videos: Annotated[int, typer.Option(help="catalog size")] = 50,
+    bots: Annotated[bool, typer.Option(help="add labelled bot traffic")] = True,
+    out: Annotated[Path | None, typer.Option(help="write JSONL here (and a ground truth beside it)")] = None,
+    post: Annotated[str | None, typer.Option(help="post to this ingest API base URL")] = None,
+) -> None:
+    """Generate realistic traffic (humans and labelled bots) to a file or the ingest API."""
+    from tally.traffic_run import generate_items, post_with_progress, write_jsonl
+
+    items = generate_items(events=events, rate=rate, seed=seed, videos=videos, bots=bots)
+    if out is None and post is None:
+        raise typer.BadParameter("give --out FILE or --post URL (or both)", param_hint="--out/--post")
+    if out is not None:
+        truth = write_jsonl(items, out)
+        console.print(f"wrote {len(items)} events to {out} and the ground truth to {truth}")
+    if post is not None:
+        sent = post_with_progress(items, post, console)
+        console.print(f"acknowledged {len(sent.events)} events, refused {len(sent.refused)}")
+
+
+@batch_app.command("run")
+def batch_run(
+    cutoff: Annotated[
+        str, typer.Option(help="cutoff in ms on a bucket edge, or 'auto' (last closed)")
+    ] = "auto",
+    data_dir: DataDir = None,
+) -> None:
+    """Recompute exact counts from the Parquet log up to a closed cutoff and publish the baseline."""
+    from batch_layer import run_batch
+    from tally.traffic_run import closed_cutoff
+
+    settings = _settings(data_dir)
+    cutoff_ms = closed_cutoff(settings) if cutoff == "auto" else _parse_cutoff(cutoff)
+    result = run_batch(settings, cutoff_ms)
+    console.print_json(json.dumps(result.__dict__, default=str))
+
+
+def _parse_cutoff(text: str) -> int:
+    if not text.isdigit():
+        raise typer.BadParameter(f"must be milliseconds since the epoch or 'auto' (got {text!r})")
+    return int(text)
+
+
+@app.command()
+def demo(
+    data_dir: Annotated[Path, typer.Option(help="where the demo keeps its data")] = Path("data/demo"),
+    seconds: Annotated[int, typer.Option(help="how long to send traffic")] = 120,
+    rate: Annotated[float, typer.Option(help="events per second")] = 400.0,
+    keep_running: Annotated[bool, typer.Option(help="leave the stack up at the end")] = True,
+) -> None:
+    """Start the stack, send generated traffic, run a batch and compare every layer with the oracle."""
+    from tally.demo import run_demo
+
+    run_demo(_settings(data_dir, bucket_ms=10_000), seconds, rate, keep_running, console)
+
+
+def main() -> None:
+    try:
+        app()
+    except TallyError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    main()
