@@ -19,3 +19,7 @@ class CutoffNotClosed(BatchError):
 
 class WatermarkUnavailable(BatchError):
     """The archiver watermark cannot be read (Redis down, key missing or not an integer)."""
+
+
+class InvalidRunId(BatchError, ValueError):
+    """A run id that cannot name the run's output directories."""

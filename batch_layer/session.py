@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -29,9 +30,9 @@ def build_session(settings: Settings, app_name: str = APP_NAME) -> SparkSession:
         .config("spark.ui.showConsoleProgress", "false")
     )
     if settings.spark_master.startswith("local"):
-        builder = builder.config("spark.pyspark.python", sys.executable).config(
-            "spark.executorEnv.PYTHONPATH", _PROJECT_ROOT
-        )
+        # Local Python workers run this interpreter (PySpark's default is `python3` on the PATH).
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        builder = builder.config("spark.executorEnv.PYTHONPATH", _PROJECT_ROOT)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark

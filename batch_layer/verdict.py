@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import StringType
 
 from counting import bots
 from counting.event import Event
@@ -25,7 +26,7 @@ def _rejection_reasons(events: pd.DataFrame, address_views: pd.Series, viewer_vi
     return pd.Series(reasons, index=events.index, dtype=object)
 
 
-_rejection_reason_udf = F.pandas_udf(_rejection_reasons, "string")  # type: ignore[call-overload]
+_rejection_reason_udf = F.pandas_udf(_rejection_reasons, StringType())  # type: ignore[call-overload]
 
 
 def rejection_reason(address_views: Column, viewer_views: Column) -> Column:

@@ -24,6 +24,8 @@ Timestamps and scores travel as strings so Lua's number formatting never rounds 
 
 from __future__ import annotations
 
+from string import Template
+
 from counting import rules
 
 SHORT = 1
@@ -36,7 +38,7 @@ HEARTBEAT = 5
 # duplicates (their event marker existed), ops skipped (record at or below the stored offset)].
 RESULT_FIELDS: tuple[str, ...] = ("offset_before", "offset_after", "applied", "duplicates", "skipped")
 
-LUA = """
+LUA = Template("""
 local stored = tonumber(redis.call('GET', KEYS[1]) or '-1')
 local plan = cmsgpack.unpack(ARGV[1])
 local last = plan[1]
@@ -45,8 +47,8 @@ if last <= stored then
   return {stored, stored, 0, 0, #ops}
 end
 
-local LIKED = '%(liked)s'
-local DISLIKED = '%(disliked)s'
+local LIKED = '$liked'
+local DISLIKED = '$disliked'
 local touched = {}
 local applied, duplicates, skipped = 0, 0, 0
 
@@ -98,16 +100,16 @@ for _, op in ipairs(ops) do
     skipped = skipped + 1
   else
     local kind = op[2]
-    if kind == %(heartbeat)d then
+    if kind == $heartbeat then
       redis.call('ZADD', KEYS[op[3]], 'GT', op[5], op[4])
       applied = applied + 1
     elseif redis.call('SET', KEYS[op[3]], '1', 'NX', 'PXAT', op[4]) then
       applied = applied + 1
-      if kind == %(short)d then
+      if kind == $short then
         incr(op[5], 'short_views', 1)
-      elseif kind == %(reject)d then
+      elseif kind == $reject then
         incr(op[5], op[6], 1)
-      elseif kind == %(view)d then
+      elseif kind == $view then
         if redis.call('SET', KEYS[op[6]], '1', 'NX', 'PXAT', op[7]) then
           incr(op[5], 'views', 1)
           if redis.call('SADD', KEYS[op[8]], op[9]) == 1 then
@@ -116,7 +118,7 @@ for _, op in ipairs(ops) do
         else
           incr(op[5], 'repeat_views', 1)
         end
-      elseif kind == %(reaction)d then
+      elseif kind == $reaction then
         react(op)
       end
     else
@@ -139,12 +141,12 @@ for _, t in ipairs(plan[6]) do
 end
 redis.call('SET', KEYS[1], last)
 return {stored, last, applied, duplicates, skipped}
-""" % {
-    "liked": rules.LIKED,
-    "disliked": rules.DISLIKED,
-    "short": SHORT,
-    "reject": REJECT,
-    "view": VIEW,
-    "reaction": REACTION,
-    "heartbeat": HEARTBEAT,
-}
+""").substitute(
+    liked=rules.LIKED,
+    disliked=rules.DISLIKED,
+    short=SHORT,
+    reject=REJECT,
+    view=VIEW,
+    reaction=REACTION,
+    heartbeat=HEARTBEAT,
+)

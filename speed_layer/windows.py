@@ -20,9 +20,11 @@ class ViewWindows:
         self._address: dict[int, Counter[str]] = {}
         self._viewer: dict[int, Counter[tuple[str, str]]] = {}
 
-    def observe(self, event: Event) -> tuple[int, int]:
-        """Count a view; return (views from its address in its minute, views of its video by its
-        viewer in its day), this one included: the inputs of `counting.bots.signals`."""
+    def observe(self, event: Event, count: bool = True) -> tuple[int, int]:
+        """Count a view (unless `count` is false: a copy already counted); return (views from its
+        address in its minute, views of its video by its viewer in its day), this one included:
+        the inputs of `counting.bots.signals`."""
+        step = 1 if count else 0
         minute = rules.minute_of(event.ts)
         day = rules.day_of(event.ts)
         address_views = 0
@@ -31,14 +33,14 @@ class ViewWindows:
             if per_minute is None:
                 per_minute = self._address[minute] = Counter()
                 _prune(self._address, KEEP_MINUTES)
-            per_minute[event.ip] += 1
+            per_minute[event.ip] += step
             address_views = per_minute[event.ip]
         per_day = self._viewer.get(day)
         if per_day is None:
             per_day = self._viewer[day] = Counter()
             _prune(self._viewer, KEEP_DAYS)
         viewer_key = (event.video_id, rules.viewer_of(event))
-        per_day[viewer_key] += 1
+        per_day[viewer_key] += step
         return address_views, per_day[viewer_key]
 
     def __len__(self) -> int:

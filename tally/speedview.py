@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import redis
 from confluent_kafka import Consumer, TopicPartition
@@ -14,8 +15,10 @@ from counting.settings import Settings
 def speed_totals(client: redis.Redis, video_id: str) -> dict[str, int]:
     """Sum of every speed bucket of a video (what the speed layer alone has counted)."""
     totals: dict[str, int] = {}
-    for bucket in client.zrange(keys.buckets_index(video_id), 0, -1):
-        for name, value in client.hgetall(keys.bucket_counts(video_id, int(bucket))).items():
+    buckets: list[bytes] = client.zrange(keys.buckets_index(video_id), 0, -1)  # type: ignore[assignment]
+    for bucket in buckets:
+        hashed: dict[bytes, bytes] = client.hgetall(keys.bucket_counts(video_id, int(bucket)))  # type: ignore[assignment]
+        for name, value in hashed.items():
             field = name.decode()
             totals[field] = totals.get(field, 0) + int(value)
     return totals
@@ -52,9 +55,8 @@ def counter_caught_up(client: redis.Redis, settings: Settings) -> bool:
     return True
 
 
-def wait_until(predicate: object, timeout: float, what: str, interval: float = 0.25) -> None:
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.25) -> None:
     """Poll `predicate()` until it is true; raise TimeoutError naming `what` otherwise."""
-    assert callable(predicate)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():

@@ -1,0 +1,26 @@
+"""The batch layer: Spark jobs that recompute exact counts from the Parquet log and publish a baseline."""
+
+from __future__ import annotations
+
+from batch_layer.errors import (
+    BatchError,
+    CutoffNotClosed,
+    CutoffNotOnBucketEdge,
+    InvalidRunId,
+    WatermarkUnavailable,
+)
+from batch_layer.job import BatchResult, run_batch
+from batch_layer.session import build_session
+from batch_layer.transform import transform
+
+__all__ = [
+    "BatchError",
+    "BatchResult",
+    "CutoffNotClosed",
+    "CutoffNotOnBucketEdge",
+    "InvalidRunId",
+    "WatermarkUnavailable",
+    "build_session",
+    "run_batch",
+    "transform",
+]

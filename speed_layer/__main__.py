@@ -1,0 +1,28 @@
+"""Run a speed-layer worker: `python -m speed_layer counter` or `python -m speed_layer archiver`
+(settings from the TALLY_* environment; SIGTERM stops it cleanly)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from speed_layer.worker import run_worker
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m speed_layer", description=__doc__)
+    parser.add_argument("worker", choices=["counter", "archiver"])
+    parser.add_argument("--loglevel", default="INFO")
+    parser.add_argument(
+        "--group",
+        default=None,
+        help="consumer group (Faust app id); default tally-<worker>-<topic>. A new group replays the topic.",
+    )
+    args = parser.parse_args(argv)
+    from counting.settings import Settings
+
+    sys.exit(run_worker(args.worker, Settings(), args.loglevel, args.group))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""Faust wiring of the two workers (separate apps and consumer groups): the counter and the archiver.
+Logic lives in CounterWorker, ParquetLog and Watermark; this module only connects them to streams."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
+from typing import Any, TypeVar, cast
+
+import faust
+import redis.asyncio as aioredis
+from faust.streams import Stream
+from faust.types import EventT, StreamT
+from mode.types.signals import BaseSignalT
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from counting.settings import Settings
+from speed_layer import logs
+from speed_layer.archiver import ParquetLog
+from speed_layer.counter_worker import CounterWorker
+from speed_layer.deadletter import DeadLetter
+from speed_layer.records import Record
+from speed_layer.watermark import BrokerEndOffsets, Watermark
+
+MAX_COUNTER_RECORDS = 1_000
+MAX_ARCHIVER_RECORDS = 5_000
+RETRY_MAX_S = 5.0
+T = TypeVar("T")
+
+
+def app_id(worker: str, settings: Settings, group: str | None = None) -> str:
+    """The Faust app id (and consumer group) of a worker: one group per worker kind and topic, or
+    a group of the operator's choosing (a new group reads the topic from its start: a replay)."""
+    return group or f"tally-{worker}-{settings.events_topic}"
+
+
+def _faust_app(worker: str, settings: Settings, group: str | None) -> faust.App:
+    name = app_id(worker, settings, group)
+    datadir = settings.run_dir / "faust" / name
+    datadir.parent.mkdir(parents=True, exist_ok=True)
+    return faust.App(
+        name,
+        broker=f"kafka://{settings.kafka_bootstrap}",
+        store="memory://",
+        web_enabled=False,
+        autodiscover=False,
+        datadir=str(datadir),
+        topic_partitions=settings.topic_partitions,
+        consumer_auto_offset_reset="earliest",
+        producer_acks=-1,
+        # Tansu holds a new group's first join for half the session timeout; 10 s (Kafka's classic
+        # consumer default, heartbeats every 3 s) keeps a worker's start near 5 s instead of 30 s.
+        broker_session_timeout=10.0,
+    )
+
+
+async def _batches(stream: StreamT[bytes], max_records: int, flush_ms: int) -> AsyncIterator[list[EventT]]:
+    """Micro-batches of events that are acked by hand (`stream.ack`) once their batch is stored."""
+    # noack_take yields the buffered events (not values) and never acks them itself.
+    async for batch in cast(Stream[bytes], stream).noack_take(max_records, within=flush_ms / 1000):
+        yield cast(list[EventT], list(batch))
+
+
+def record_of(event: EventT) -> Record:
+    message = event.message
+    return Record(message.topic, message.partition, message.offset, message.value, message.key)
+
+
+async def _retrying(what: str, action: Callable[[], Awaitable[T]]) -> T:
+    """Run `action` until it succeeds when a store is unreachable (the batch is idempotent)."""
+    delay = 0.2
+    while True:
+        try:
+            return await action()
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            logs.error("retrying", what=what, error=exc, retry_in_s=delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_S)
+
+
+def create_counter_app(settings: Settings, group: str | None = None) -> faust.App:
+    """The counter: events topic -> micro-batches -> one atomic Redis write per partition plan."""
+    app = _faust_app("counter", settings, group)
+    events_topic = app.topic(settings.events_topic, key_serializer="raw", value_serializer="raw")
+    dead_letter_topic = app.topic(settings.dead_letter_topic, key_serializer="raw", value_serializer="raw")
+    client = aioredis.Redis.from_url(settings.redis_url)
+
+    async def send_dead_letter(letter: DeadLetter) -> None:
+        delivery = await dead_letter_topic.send(key=letter.key, value=letter.value, headers=letter.headers)
+        await delivery
+
+    worker = CounterWorker(settings, client, send_dead_letter)
+
+    @app.agent(events_topic, name="count")
+    async def count(stream: StreamT[bytes]) -> None:
+        logs.info("counter_started", topic=settings.events_topic, redis=settings.redis_url)
+        async for events in _batches(stream, MAX_COUNTER_RECORDS, settings.counter_flush_ms):
+            await worker.handle([record_of(e) for e in events])
+            for event in events:
+                await stream.ack(event)
+
+    return app
+
+
+def create_archiver_app(settings: Settings, group: str | None = None) -> faust.App:
+    """The archiver: events topic -> Parquet log files, then Kafka commits; publishes the watermark."""
+    app = _faust_app("archiver", settings, group)
+    events_topic = app.topic(settings.events_topic, key_serializer="raw", value_serializer="raw")
+    client = aioredis.Redis.from_url(settings.redis_url)
+    log = ParquetLog(settings.raw_dir, settings.events_topic)
+    end_offsets = BrokerEndOffsets(settings.kafka_bootstrap, settings.events_topic)
+    watermark = Watermark(client, settings.events_topic, settings.delivery_timeout_ms, end_offsets)
+
+    @app.agent(events_topic, name="archive")
+    async def archive(stream: StreamT[bytes]) -> None:
+        await asyncio.to_thread(log.recover)
+        positions = await asyncio.to_thread(log.positions)
+        await _retrying("seed_positions", partial(watermark.record_positions, positions))
+        logs.info(
+            "archiver_started", topic=settings.events_topic, raw_dir=settings.raw_dir, positions=positions
+        )
+        async for events in _batches(stream, MAX_ARCHIVER_RECORDS, settings.archiver_flush_ms):
+            records = [record_of(e) for e in events]
+            report = await _retrying("write_log", partial(asyncio.to_thread, log.write, records))
+            await _retrying("record_positions", partial(watermark.record_positions, report.positions))
+            for event in events:
+                await stream.ack(event)
+            logs.info(
+                "archive_batch",
+                records=len(records),
+                rows=report.rows,
+                files=len(report.files),
+                skipped=report.skipped,
+                poison=report.poison,
+                positions=report.positions,
+            )
+
+    @app.on_partitions_assigned.connect
+    async def on_assigned(sender: Any, /, *args: Any, signal: BaseSignalT[Any], **kwargs: Any) -> None:
+        log.forget()
+
+    @app.timer(interval=settings.archiver_flush_ms / 1000)
+    async def advance_watermark() -> None:
+        try:
+            value = await watermark.tick()
+        except Exception as exc:  # a broker or Redis hiccup only delays the watermark
+            logs.warning("watermark_failed", error=exc)
+            return
+        if value is not None:
+            logs.info("watermark", topic=settings.events_topic, watermark_ms=value)
+
+    return app

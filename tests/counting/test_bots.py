@@ -1,0 +1,159 @@
+"""Each bot signal at and around its threshold, and the score that rejects (thresholds from the module)."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from counting import bots
+from counting.event import Event
+from counting.traffic import BROWSERS, HEADLESS_AGENTS
+
+EXAMPLES = settings(max_examples=80, deadline=None)
+NETWORKS = [ipaddress.ip_network(r) for r in bots.DATACENTER_RANGES]
+
+
+def test_address_velocity_at_and_above_the_limit():
+    assert bots.is_high_velocity(bots.MAX_VIEWS_PER_ADDRESS_MINUTE) is False
+    assert bots.is_high_velocity(bots.MAX_VIEWS_PER_ADDRESS_MINUTE + 1) is True
+
+
+def test_replay_rate_at_and_above_the_limit():
+    assert bots.is_replay_loop(bots.MAX_REPLAYS_PER_DAY) is False
+    assert bots.is_replay_loop(bots.MAX_REPLAYS_PER_DAY + 1) is True
+
+
+@EXAMPLES
+@given(duration=st.floats(0.1, bots.MAX_WATCH_SECS / 2))
+def test_watch_anomaly_at_and_just_above_the_allowance(duration):
+    allowance = duration * bots.WATCH_OVERRUN_FACTOR + bots.WATCH_OVERRUN_SLACK_SECS
+
+    assert bots.is_watch_anomaly(allowance, duration) is False
+    assert bots.is_watch_anomaly(allowance * 1.000001 + 1e-6, duration) is True
+    assert bots.is_watch_anomaly(duration, duration) is False
+
+
+def test_watch_anomaly_beyond_any_plausible_watch_even_without_a_duration():
+    assert bots.is_watch_anomaly(bots.MAX_WATCH_SECS, None) is False
+    assert bots.is_watch_anomaly(bots.MAX_WATCH_SECS + 0.1, None) is True
+    assert bots.is_watch_anomaly(None, 10.0) is False
+
+
+@pytest.mark.parametrize("agent", HEADLESS_AGENTS)
+def test_headless_and_scripted_agents_are_flagged(agent):
+    assert bots.is_scripted_agent(agent) is True
+
+
+@pytest.mark.parametrize(
+    "agent", ["curl/8.4.0", "Wget/1.21", "Scrapy/2.11", "okhttp/4.12.0", "Java/17", "Googlebot bot"]
+)
+def test_more_scripted_agents_are_flagged(agent):
+    assert bots.is_scripted_agent(agent) is True
+
+
+@pytest.mark.parametrize("agent", [a for a, _ in BROWSERS] + ["Mozilla/5.0 (Robotics Lab)", None])
+def test_browsers_are_not_flagged(agent):
+    assert bots.is_scripted_agent(agent) is False
+
+
+@pytest.mark.parametrize("network", NETWORKS, ids=str)
+def test_datacenter_ranges_at_their_edges(network):
+    first, last = network.network_address, network.broadcast_address
+
+    assert bots.is_datacenter_ip(str(first)) is True
+    assert bots.is_datacenter_ip(str(last)) is True
+    assert bots.is_datacenter_ip(str(first - 1)) is False
+    assert bots.is_datacenter_ip(str(last + 1)) is False
+
+
+@EXAMPLES
+@given(data=st.data())
+def test_any_address_inside_a_datacenter_range_is_flagged(data):
+    network = data.draw(st.sampled_from(NETWORKS))
+    offset = data.draw(st.integers(0, network.num_addresses - 1))
+
+    assert bots.is_datacenter_ip(str(network.network_address + offset)) is True
+
+
+@pytest.mark.parametrize("ip", [None, "", "not-an-ip", "192.168.1.10", "2001:db8::1"])
+def test_other_or_missing_addresses_are_not_datacenter(ip):
+    assert bots.is_datacenter_ip(ip) is False
+
+
+@pytest.mark.parametrize("ja3", sorted(bots.BAD_JA3))
+def test_bad_tls_fingerprints_are_flagged_in_any_case(ja3):
+    assert bots.is_bad_ja3(ja3) is True
+    assert bots.is_bad_ja3(ja3.upper()) is True
+
+
+@pytest.mark.parametrize("ja3", [None, "", "cd08e31494f9531f560d64c695473da9"])
+def test_other_fingerprints_are_not_flagged(ja3):
+    assert bots.is_bad_ja3(ja3) is False
+
+
+@EXAMPLES
+@given(found=st.lists(st.sampled_from(bots.SIGNALS), unique=True))
+def test_a_view_is_rejected_exactly_when_its_score_reaches_the_threshold(found):
+    reason = bots.rejection_reason(found)
+
+    if sum(s.weight for s in found) >= bots.REJECT_SCORE:
+        heaviest = max(s.weight for s in found)
+        assert reason in {s.name for s in found if s.weight == heaviest}
+    else:
+        assert reason is None
+
+
+@pytest.mark.parametrize("strong", [bots.SCRIPTED_AGENT, bots.ADDRESS_VELOCITY, bots.REPLAY_RATE])
+def test_each_strong_signal_rejects_alone(strong):
+    assert bots.rejection_reason([strong]) == strong.name
+
+
+@pytest.mark.parametrize("weak", [bots.DATACENTER_IP, bots.BAD_TLS, bots.WATCH_ANOMALY])
+def test_each_weak_signal_alone_does_not_reject(weak):
+    assert bots.rejection_reason([weak]) is None
+
+
+def test_two_weak_signals_reject_with_the_heavier_as_reason():
+    assert bots.rejection_reason([bots.WATCH_ANOMALY, bots.BAD_TLS]) == bots.BAD_TLS.name
+    assert bots.rejection_reason([bots.BAD_TLS, bots.DATACENTER_IP]) == bots.DATACENTER_IP.name
+
+
+def test_the_reasons_are_the_signal_names():
+    assert tuple(s.name for s in bots.SIGNALS) == bots.REASONS
+    assert len(set(bots.REASONS)) == len(bots.REASONS)
+
+
+def _view(make_event, **fields) -> Event:
+    return msgspec.convert(make_event("view", **fields), type=Event)
+
+
+def test_window_signals_at_and_above_their_limits(make_event):
+    view = _view(make_event)
+    calm = bots.signals(view, bots.MAX_VIEWS_PER_ADDRESS_MINUTE, bots.MAX_REPLAYS_PER_DAY)
+    busy = bots.signals(view, bots.MAX_VIEWS_PER_ADDRESS_MINUTE + 1, bots.MAX_REPLAYS_PER_DAY + 1)
+
+    assert calm == []
+    assert busy == [bots.ADDRESS_VELOCITY, bots.REPLAY_RATE]
+
+
+def test_static_signals_of_one_event(make_event):
+    view = _view(
+        make_event,
+        user_agent=HEADLESS_AGENTS[0],
+        ip="52.0.0.1",
+        ja3=sorted(bots.BAD_JA3)[0],
+        watch_secs=100.0,
+        video_duration_secs=10.0,
+    )
+
+    assert bots.static_signals(view) == [
+        bots.SCRIPTED_AGENT,
+        bots.DATACENTER_IP,
+        bots.BAD_TLS,
+        bots.WATCH_ANOMALY,
+    ]
+    assert bots.static_signals(_view(make_event)) == []

@@ -1,0 +1,37 @@
+"""Fixtures of the speed-layer tests: worker subprocesses that are stopped when the test ends."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from counting.settings import Settings
+from tests.speed_layer.helpers import ROOT, WorkerProcess, worker_env
+
+
+@pytest.fixture
+def start_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
+    """Start speed-layer workers as subprocesses; every one still running is stopped at the end."""
+    started: list[WorkerProcess] = []
+
+    def start(name: str, settings: Settings, *args: str) -> WorkerProcess:
+        log = tmp_path / f"{name}-{len(started)}.log"
+        handle = open(log, "wb")  # noqa: SIM115 - the child keeps it
+        process = subprocess.Popen(
+            [sys.executable, "-m", "speed_layer", name, *args],
+            cwd=ROOT,
+            env=worker_env(settings),
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+        )
+        worker = WorkerProcess(process, log)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()

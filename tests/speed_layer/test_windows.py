@@ -1,0 +1,27 @@
+"""The in-memory bot windows: counts per address-minute and viewer-day, bounded memory."""
+
+from __future__ import annotations
+
+from counting import rules
+from speed_layer.windows import KEEP_MINUTES, ViewWindows
+from tests.speed_layer.helpers import Traffic
+
+NOW = 1_795_000_000_000
+
+
+def test_counts_views_per_address_minute_and_viewer_day() -> None:
+    t = Traffic(now_ms=NOW)
+    windows = ViewWindows()
+    ts = (NOW // rules.MINUTE_MS) * rules.MINUTE_MS
+    assert windows.observe(t.view("v", "u", ip="81.0.0.1", ts=ts)) == (1, 1)
+    assert windows.observe(t.view("v", "u", ip="81.0.0.1", ts=ts + 1)) == (2, 2)
+    assert windows.observe(t.view("w", "u", ip="81.0.0.1", ts=ts + rules.MINUTE_MS)) == (1, 1)
+    assert windows.observe(t.view("v", "u", ip=None, ts=ts + 2)) == (0, 3)
+
+
+def test_old_minutes_are_forgotten() -> None:
+    t = Traffic(now_ms=NOW)
+    windows = ViewWindows()
+    for minute in range(50):
+        windows.observe(t.view("v", f"u{minute}", ts=NOW + minute * rules.MINUTE_MS))
+    assert len(windows._address) <= KEEP_MINUTES + 1
