@@ -88,6 +88,8 @@ def is_datacenter_ip(ip: str | None) -> bool:
         address = ipaddress.ip_address(ip)
     except ValueError:
         return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
     return any(address.version == n.version and address in n for n in _NETWORKS)
 
 

@@ -51,7 +51,7 @@ class _Batch(msgspec.Struct, forbid_unknown_fields=True):
     events: list[msgspec.Raw]
 
 
-_FIELD_RE = re.compile(r"at `\$\.([A-Za-z_]+)")
+_FIELD_RE = re.compile(r"at `\$\.([A-Za-z0-9_]+)")
 _UNKNOWN_RE = re.compile(r"unknown field `([^`]*)`")
 _MISSING_RE = re.compile(r"missing required field `([^`]*)`")
 

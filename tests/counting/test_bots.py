@@ -157,3 +157,8 @@ def test_static_signals_of_one_event(make_event):
         bots.WATCH_ANOMALY,
     ]
     assert bots.static_signals(_view(make_event)) == []
+
+
+def test_ipv4_mapped_ipv6_addresses_are_checked_as_ipv4():
+    assert bots.is_datacenter_ip("::ffff:52.0.0.1") is True
+    assert bots.is_datacenter_ip("::ffff:24.0.0.1") is False
