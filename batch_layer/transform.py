@@ -9,7 +9,6 @@ from pyspark.sql import functions as F
 from batch_layer.verdict import ADDRESS_MINUTE_VIEWS, VIEWER_DAY_VIEWS, rejection_reason, with_window_counts
 from counting import rules
 from counting.bots import REASONS
-from counting.event import Event
 from warehouse.baseline import REJECTED_COLUMNS, baseline_schema
 
 # What became of each deduplicated view (the `outcome` column); latest reactions carry their state.
@@ -18,8 +17,7 @@ REJECTED = "rejected"
 REPEAT = "repeat"
 COUNTED = "counted"
 
-# The prefix `rules.viewer_of` gives an anonymous viewer, taken from the rule itself.
-ANON_PREFIX = rules.viewer_of(Event(event_id="-", type="view", video_id="-", ts=0, session_id=""))
+ANON_PREFIX = rules.ANON_VIEWER_PREFIX
 
 DAILY_KEY: tuple[str, ...] = ("date", "video_id")
 

@@ -11,6 +11,7 @@ VIEW_WINDOW_MS = 30 * 60_000
 MINUTE_MS = 60_000
 DAY_MS = 24 * 3_600_000
 PRESENCE_MS = 60_000
+ANON_VIEWER_PREFIX = "anon:"
 
 LIKED = "liked"
 DISLIKED = "disliked"
@@ -31,7 +32,7 @@ def viewer_of(event: Event) -> str:
     """Who watched: the user, or `anon:` + session for an anonymous viewer."""
     if event.user_id is not None:
         return event.user_id
-    return f"anon:{event.session_id}"
+    return f"{ANON_VIEWER_PREFIX}{event.session_id}"
 
 
 def view_window_of(ts: int) -> int:

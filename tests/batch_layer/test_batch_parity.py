@@ -29,7 +29,8 @@ SPAN_MS = 4 * 3_600_000
 MIDNIGHT = START + 2 * 3_600_000
 BROWSER = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 Chrome/131.0 Safari/537.36"
 HEADLESS = ("Mozilla/5.0 HeadlessChrome/131.0", "python-requests/2.32.3", "Go-http-client/1.1", "curl/8.5")
-DATACENTER_IPS = ("3.14.15.92", "52.10.1.1", "34.70.2.3", "159.89.10.10", "2600:1f00::7", "2a05:d000::1:2")
+DATACENTER_IPS = ("3.14.15.92", "52.10.1.1", "34.70.2.3", "159.89.10.10")
+DATACENTER_IPS += ("2600:1f00::7", "2a05:d000::1:2", "::ffff:52.3.4.5")  # IPv6 and IPv4-mapped
 
 
 class _Log:

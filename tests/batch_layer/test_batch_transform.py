@@ -135,7 +135,7 @@ def test_datacenter_and_tls_signals_add_up(log_frame: LogFrame) -> None:
         view("dc_ja3", ip="52.1.2.3", ja3=bad),  # 1.2: tie of weights, datacenter_ip comes first
         view("dc_v6", ip="2600:1F00:0:0::5", ja3=bad),  # IPv6 range, non-canonical text
         view("v6_outside", ip="2600:1e00::1", ja3=bad),  # outside every range: 0.6
-        view("mapped_v4", ip="::ffff:3.1.2.3", ja3=bad),  # an IPv6 address is not in IPv4 ranges
+        view("mapped_v4", ip="::ffff:3.1.2.3", ja3=bad),  # IPv4-mapped: checked as its IPv4 address
         view("anomaly_ja3", watch_secs=500.0, video_duration_secs=60.0, ja3=bad),  # 1.1: bad_ja3
         view("anomaly_dc", watch_secs=bots.MAX_WATCH_SECS + 1, ip="159.89.3.4"),  # 1.1: datacenter_ip
         view("anomaly_only", watch_secs=500.0, video_duration_secs=60.0),  # 0.5: counted
@@ -151,7 +151,7 @@ def test_datacenter_and_tls_signals_add_up(log_frame: LogFrame) -> None:
             row("dc_ja3", rejected_datacenter_ip=1),
             row("dc_v6", rejected_datacenter_ip=1),
             row("v6_outside", **counted),
-            row("mapped_v4", **counted),
+            row("mapped_v4", rejected_datacenter_ip=1),
             row("anomaly_ja3", rejected_bad_ja3=1),
             row("anomaly_dc", rejected_datacenter_ip=1),
             row("anomaly_only", **counted),
