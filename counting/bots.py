@@ -76,6 +76,7 @@ SIGNALS: tuple[Signal, ...] = (
 REASONS: tuple[str, ...] = tuple(s.name for s in SIGNALS)
 
 
+@lru_cache(maxsize=65_536)
 def is_scripted_agent(user_agent: str | None) -> bool:
     return user_agent is not None and _SCRIPTED_AGENT_RE.search(user_agent) is not None
 

@@ -55,6 +55,11 @@ def archiver_watermark() -> str:
     return f"{PREFIX}:archiver:watermark"
 
 
+def archiver_position(topic: str, partition: int) -> str:
+    """Next offset of a partition that is durably in the Parquet log (archivers only raise it)."""
+    return f"{PREFIX}:archiver:position:{topic}:{partition}"
+
+
 def videos_index() -> str:
     """Set of every video the speed layer has seen."""
     return f"{PREFIX}:videos"

@@ -7,10 +7,10 @@ from speed_layer.archiver import ArchiveReport, ParquetLog, file_name, hour_dir
 from speed_layer.counter import CounterPlan, PartitionPlan, plan_batch
 from speed_layer.counter_worker import BatchReport, CounterWorker
 from speed_layer.deadletter import DeadLetter, dead_letter_of
-from speed_layer.errors import PoisonRecord, SpeedLayerError, StoreUnavailable
+from speed_layer.errors import PoisonRecord, SpeedLayerError
 from speed_layer.records import Record, decode_record
 from speed_layer.redis_writer import RedisWriter, WriteResult
-from speed_layer.watermark import BrokerEndOffsets, Watermark, position_key
+from speed_layer.watermark import BrokerEndOffsets, Watermark
 from speed_layer.windows import ViewWindows
 
 __all__ = [
@@ -26,7 +26,6 @@ __all__ = [
     "Record",
     "RedisWriter",
     "SpeedLayerError",
-    "StoreUnavailable",
     "ViewWindows",
     "Watermark",
     "WriteResult",
@@ -35,5 +34,4 @@ __all__ = [
     "file_name",
     "hour_dir",
     "plan_batch",
-    "position_key",
 ]

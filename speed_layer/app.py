@@ -4,6 +4,8 @@ Logic lives in CounterWorker, ParquetLog and Watermark; this module only connect
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from typing import Any, TypeVar, cast
@@ -80,7 +82,26 @@ async def _retrying(what: str, action: Callable[[], Awaitable[T]]) -> T:
             delay = min(delay * 2, RETRY_MAX_S)
 
 
-def create_counter_app(settings: Settings, group: str | None = None) -> faust.App:
+OnCrash = Callable[[str, BaseException], None]
+
+
+class CrashSwitch:
+    """Stops the worker process when an agent fails on anything but a store outage (those are
+    retried): Faust would restart the agent past the failed batch, leaving unacked records behind
+    offsets that later batches commit. A stopped worker restarts from its committed offsets."""
+
+    def __init__(self) -> None:
+        self.reason: BaseException | None = None
+
+    def __call__(self, worker: str, exc: BaseException) -> None:
+        self.reason = exc
+        logs.error("worker_crashed", worker=worker, error=repr(exc))
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def create_counter_app(
+    settings: Settings, group: str | None = None, crash: OnCrash | None = None
+) -> faust.App:
     """The counter: events topic -> micro-batches -> one atomic Redis write per partition plan."""
     app = _faust_app("counter", settings, group)
     events_topic = app.topic(settings.events_topic, key_serializer="raw", value_serializer="raw")
@@ -96,15 +117,22 @@ def create_counter_app(settings: Settings, group: str | None = None) -> faust.Ap
     @app.agent(events_topic, name="count")
     async def count(stream: StreamT[bytes]) -> None:
         logs.info("counter_started", topic=settings.events_topic, redis=settings.redis_url)
-        async for events in _batches(stream, MAX_COUNTER_RECORDS, settings.counter_flush_ms):
-            await worker.handle([record_of(e) for e in events])
-            for event in events:
-                await stream.ack(event)
+        try:
+            async for events in _batches(stream, MAX_COUNTER_RECORDS, settings.counter_flush_ms):
+                await worker.handle([record_of(e) for e in events])
+                for event in events:
+                    await stream.ack(event)
+        except Exception as exc:
+            if crash is not None:
+                crash("counter", exc)
+            raise
 
     return app
 
 
-def create_archiver_app(settings: Settings, group: str | None = None) -> faust.App:
+def create_archiver_app(
+    settings: Settings, group: str | None = None, crash: OnCrash | None = None
+) -> faust.App:
     """The archiver: events topic -> Parquet log files, then Kafka commits; publishes the watermark."""
     app = _faust_app("archiver", settings, group)
     events_topic = app.topic(settings.events_topic, key_serializer="raw", value_serializer="raw")
@@ -121,21 +149,26 @@ def create_archiver_app(settings: Settings, group: str | None = None) -> faust.A
         logs.info(
             "archiver_started", topic=settings.events_topic, raw_dir=settings.raw_dir, positions=positions
         )
-        async for events in _batches(stream, MAX_ARCHIVER_RECORDS, settings.archiver_flush_ms):
-            records = [record_of(e) for e in events]
-            report = await _retrying("write_log", partial(asyncio.to_thread, log.write, records))
-            await _retrying("record_positions", partial(watermark.record_positions, report.positions))
-            for event in events:
-                await stream.ack(event)
-            logs.info(
-                "archive_batch",
-                records=len(records),
-                rows=report.rows,
-                files=len(report.files),
-                skipped=report.skipped,
-                poison=report.poison,
-                positions=report.positions,
-            )
+        try:
+            async for events in _batches(stream, MAX_ARCHIVER_RECORDS, settings.archiver_flush_ms):
+                records = [record_of(e) for e in events]
+                report = await _retrying("write_log", partial(asyncio.to_thread, log.write, records))
+                await _retrying("record_positions", partial(watermark.record_positions, report.positions))
+                for event in events:
+                    await stream.ack(event)
+                logs.info(
+                    "archive_batch",
+                    records=len(records),
+                    rows=report.rows,
+                    files=len(report.files),
+                    skipped=report.skipped,
+                    poison=report.poison,
+                    positions=report.positions,
+                )
+        except Exception as exc:
+            if crash is not None:
+                crash("archiver", exc)
+            raise
 
     @app.on_partitions_assigned.connect
     async def on_assigned(sender: Any, /, *args: Any, signal: BaseSignalT[Any], **kwargs: Any) -> None:
@@ -144,6 +177,9 @@ def create_archiver_app(settings: Settings, group: str | None = None) -> faust.A
     @app.timer(interval=settings.archiver_flush_ms / 1000)
     async def advance_watermark() -> None:
         try:
+            # Re-publish what the log holds (covers a Redis that lost the positions, and batches
+            # of poison records only), then sample and advance.
+            await watermark.record_positions(await asyncio.to_thread(log.positions))
             value = await watermark.tick()
         except Exception as exc:  # a broker or Redis hiccup only delays the watermark
             logs.warning("watermark_failed", error=exc)

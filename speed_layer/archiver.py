@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -55,6 +56,9 @@ class ParquetLog:
         self.raw_dir = raw_dir
         self.topic = topic
         self._next: dict[int, int] | None = None
+        # Writes run in worker threads; a batch cancelled by a rebalance may still be writing
+        # when the restarted agent writes the redelivered records: one writer at a time.
+        self._lock = threading.RLock()
 
     def _files(self, pattern: str) -> Iterable[tuple[Path, re.Match[str]]]:
         for path in self.raw_dir.glob(f"ingest_date=*/ingest_hour=*/{pattern}"):
@@ -69,6 +73,10 @@ class ParquetLog:
         """Finish or undo writes a crash interrupted. A batch's files are renamed only after all of
         them were fsynced, so: a leftover temp file whose batch has a final file is renamed (roll
         forward); one whose batch has none is deleted (roll back)."""
+        with self._lock:
+            self._recover()
+
+    def _recover(self) -> None:
         finals = {path.name for path, _ in self._files("*.parquet")}
         for path, match in list(self._files(".*.parquet" + _TMP_SUFFIX)):
             final = path.with_name(match.string)
@@ -83,6 +91,10 @@ class ParquetLog:
 
     def positions(self) -> dict[int, int]:
         """The next offset to write of each partition the log has files of (last offset + 1)."""
+        with self._lock:
+            return self._positions()
+
+    def _positions(self) -> dict[int, int]:
         if self._next is None:
             found: dict[int, int] = {}
             for _, match in self._files("*.parquet"):
@@ -94,20 +106,24 @@ class ParquetLog:
     def forget(self) -> None:
         """Re-read the positions from the files next time (after a rebalance: another worker may
         have written meanwhile)."""
-        self._next = None
+        with self._lock:
+            self._next = None
 
     def write(self, records: list[Record]) -> ArchiveReport:
         """Write the records not yet in the log; each partition's files are in place (fsynced,
         renamed) when this returns. Poison records are passed over (the counter dead-letters them)."""
+        with self._lock:
+            return self._write(records)
+
+    def _write(self, records: list[Record]) -> ArchiveReport:
         report = ArchiveReport()
         for (topic, partition), group in by_partition(records).items():
             if topic != self.topic:
                 raise ValueError(f"record of topic {topic!r} given to the log of {self.topic!r}")
-            positions = self.positions()
-            expected = positions.get(partition, 0)
+            expected = self._positions().get(partition, 0)
             if group[0].offset != expected:
-                self.forget()
-                expected = self.positions().get(partition, 0)
+                self._next = None
+                expected = self._positions().get(partition, 0)
             fresh = [r for r in group if r.offset >= expected]
             report.skipped += len(group) - len(fresh)
             if not fresh:

@@ -15,7 +15,3 @@ class PoisonRecord(SpeedLayerError, ValueError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
-
-
-class StoreUnavailable(SpeedLayerError, ConnectionError):
-    """Redis (or the broker) did not answer; the worker retries the batch until it does."""

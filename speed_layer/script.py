@@ -20,6 +20,11 @@ The plan is one msgpack array in ARGV[1]; keys are passed in KEYS and referenced
     presence_trims: [presence_key, drop_scores_below]
 
 Timestamps and scores travel as strings so Lua's number formatting never rounds them.
+
+Redis Cluster: every key is declared in KEYS, but one plan covers every video of a partition plus
+the untagged `tally:offsets:*` and `tally:videos` keys, so it needs a single Redis (a cluster
+answers CROSSSLOT). The way there: one script per (partition, video) group with the offset kept
+per (partition, video) under the video's hash tag, and the videos index added outside the script.
 """
 
 from __future__ import annotations

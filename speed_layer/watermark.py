@@ -34,11 +34,6 @@ return tostring(current)
 EndOffsets = Callable[[], dict[int, int]]
 
 
-def position_key(topic: str, partition: int) -> str:
-    """The next offset of a partition that is durably in the log (set by the archivers)."""
-    return f"{keys.PREFIX}:archiver:position:{topic}:{partition}"
-
-
 class BrokerEndOffsets:
     """Reads a topic's end offsets (the offset the next record will get) from the broker; blocking."""
 
@@ -98,11 +93,13 @@ class Watermark:
             return
         async with self._client.pipeline(transaction=False) as pipe:
             for partition, position in positions.items():
-                await self._set_max(keys=[position_key(self.topic, partition)], args=[position], client=pipe)
+                await self._set_max(
+                    keys=[keys.archiver_position(self.topic, partition)], args=[position], client=pipe
+                )
             await pipe.execute()
 
     async def positions(self, partitions: list[int]) -> dict[int, int]:
-        values = await self._client.mget([position_key(self.topic, p) for p in partitions])
+        values = await self._client.mget([keys.archiver_position(self.topic, p) for p in partitions])
         return {p: int(v) if v is not None else 0 for p, v in zip(partitions, values, strict=True)}
 
     async def tick(self) -> int | None:

@@ -4,51 +4,63 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import Generic, TypeVar
 
 from counting import rules
 from counting.event import Event
 
-# How many minutes / days behind the newest one are still counted; older windows start from zero.
+# How many minutes / days behind the newest one are still counted; a view of an older window
+# counts as the first of its window (the batch layer, which sees whole windows, corrects it).
 KEEP_MINUTES = 5
 KEEP_DAYS = 2
+
+K = TypeVar("K")
+
+
+class _Windows(Generic[K]):
+    """Counters of the newest `keep` + 1 windows; older ones are dropped as newer ones open."""
+
+    def __init__(self, keep: int) -> None:
+        self._keep = keep
+        self._newest: int | None = None
+        self.counts: dict[int, Counter[K]] = {}
+
+    def add(self, window: int, key: K, step: int) -> int:
+        """Add `step` to `key` in `window`; return the key's count there (at least 1)."""
+        if self._newest is not None and window < self._newest - self._keep:
+            return 1
+        counter = self.counts.get(window)
+        if counter is None:
+            counter = self.counts[window] = Counter()
+            if self._newest is None or window > self._newest:
+                self._newest = window
+                for old in [w for w in self.counts if w < window - self._keep]:
+                    del self.counts[old]
+        counter[key] += step
+        return max(counter[key], 1)
 
 
 class ViewWindows:
     """Running window counts of the views one worker has seen (every view, counted or not)."""
 
     def __init__(self) -> None:
-        self._address: dict[int, Counter[str]] = {}
-        self._viewer: dict[int, Counter[tuple[str, str]]] = {}
+        self._address: _Windows[str] = _Windows(KEEP_MINUTES)
+        self._viewer: _Windows[tuple[str, str]] = _Windows(KEEP_DAYS)
 
     def observe(self, event: Event, count: bool = True) -> tuple[int, int]:
         """Count a view (unless `count` is false: a copy already counted); return (views from its
         address in its minute, views of its video by its viewer in its day), this one included:
         the inputs of `counting.bots.signals`."""
         step = 1 if count else 0
-        minute = rules.minute_of(event.ts)
-        day = rules.day_of(event.ts)
         address_views = 0
         if event.ip is not None:
-            per_minute = self._address.get(minute)
-            if per_minute is None:
-                per_minute = self._address[minute] = Counter()
-                _prune(self._address, KEEP_MINUTES)
-            per_minute[event.ip] += step
-            address_views = per_minute[event.ip]
-        per_day = self._viewer.get(day)
-        if per_day is None:
-            per_day = self._viewer[day] = Counter()
-            _prune(self._viewer, KEEP_DAYS)
-        viewer_key = (event.video_id, rules.viewer_of(event))
-        per_day[viewer_key] += step
-        return address_views, per_day[viewer_key]
+            address_views = self._address.add(rules.minute_of(event.ts), event.ip, step)
+        viewer_views = self._viewer.add(
+            rules.day_of(event.ts), (event.video_id, rules.viewer_of(event)), step
+        )
+        return address_views, viewer_views
 
     def __len__(self) -> int:
-        return sum(len(c) for c in self._address.values()) + sum(len(c) for c in self._viewer.values())
-
-
-def _prune(windows: dict[int, Counter[str]] | dict[int, Counter[tuple[str, str]]], keep: int) -> None:
-    """Forget the windows more than `keep` behind the newest one (a late event's old window included)."""
-    oldest = max(windows) - keep
-    for window in [w for w in windows if w < oldest]:
-        del windows[window]
+        return sum(len(c) for c in self._address.counts.values()) + sum(
+            len(c) for c in self._viewer.counts.values()
+        )

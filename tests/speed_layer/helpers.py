@@ -18,7 +18,7 @@ from counting import bots, keys, rules
 from counting.event import Event
 from counting.oracle import VideoCounts
 from counting.settings import Settings
-from counting.wire import encode_events, partition_for, record_key
+from counting.wire import decode_events, encode_events, partition_for, record_key
 from speed_layer.records import Record
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,6 +66,10 @@ class Traffic:
             video_duration_secs=600.0,
             **fields,
         )
+
+    @staticmethod
+    def decode(record: Record) -> list[Event]:
+        return decode_events(record.value or b"")
 
     def retry(self, event: Event) -> Event:
         """The same event sent again (the client did not get the answer): a later ingest_ts."""

@@ -19,9 +19,12 @@ def test_counts_views_per_address_minute_and_viewer_day() -> None:
     assert windows.observe(t.view("v", "u", ip=None, ts=ts + 2)) == (0, 3)
 
 
-def test_old_minutes_are_forgotten() -> None:
+def test_old_minutes_are_forgotten_and_late_views_count_from_one() -> None:
     t = Traffic(now_ms=NOW)
     windows = ViewWindows()
     for minute in range(50):
-        windows.observe(t.view("v", f"u{minute}", ts=NOW + minute * rules.MINUTE_MS))
-    assert len(windows._address) <= KEEP_MINUTES + 1
+        windows.observe(t.view("v", f"u{minute}", ip="81.0.0.9", ts=NOW + minute * rules.MINUTE_MS))
+    assert len(windows) <= KEEP_MINUTES + 1 + 50
+    late = t.view("v", "late", ip="81.0.0.9", ts=NOW)
+    assert windows.observe(late) == (1, 1)
+    assert windows.observe(late) == (1, 2)

@@ -165,6 +165,9 @@ def test_archiver_writes_every_event_once_and_advances_the_watermark(
         again,
     )
     assert set(files_before) <= {p.name for p in stack_settings.raw_dir.rglob("*.parquet")}
+    assert sorted(r["event_id"] for r in _read_log(stack_settings.raw_dir)) == sorted(
+        e.event_id for e in events + more
+    )
     assert again.stop() == 0
 
 

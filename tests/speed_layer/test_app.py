@@ -1,0 +1,63 @@
+"""The Faust counter agent in `agent.test_context()` (no broker) against a real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import redis
+
+from counting import keys, oracle
+from counting.settings import Settings
+from counting.wire import encode_events
+from speed_layer.app import app_id, create_counter_app
+from speed_layer.counter_worker import CounterWorker
+from tests.speed_layer.helpers import Traffic, speed_counts
+
+pytestmark = pytest.mark.integration
+
+
+async def test_counter_agent_counts_what_it_is_given(
+    settings: Settings, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    app = create_counter_app(settings.model_copy(update={"counter_flush_ms": 50}))
+    [agent] = app.agents.values()
+    events = Traffic(seed=41).mixed(n=150)
+    async with agent.test_context() as running:
+        for start in range(0, len(events), 5):
+            await running.put(encode_events(events[start : start + 5]))
+        offset_key = keys.partition_offset(settings.events_topic, 0)
+        for _ in range(100):
+            if redis_client.get(offset_key) == str(len(events) // 5 - 1).encode():
+                break
+            await asyncio.sleep(0.05)
+    expected = oracle.count(events)
+    assert {video: speed_counts(redis_client, video) for video in expected} == expected
+
+
+def test_each_worker_kind_has_its_own_consumer_group(settings: Settings) -> None:
+    assert app_id("counter", settings) != app_id("archiver", settings)
+    assert app_id("counter", settings, group="replay-1") == "replay-1"
+
+
+async def test_an_unexpected_failure_stops_the_worker_instead_of_skipping_the_batch(
+    settings: Settings, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    crashes: list[tuple[str, BaseException]] = []
+    boom = RuntimeError("a bug")
+
+    async def fail(self: object, records: object) -> None:
+        raise boom
+
+    monkeypatch.setattr(CounterWorker, "handle", fail)
+    app = create_counter_app(settings, crash=lambda worker, exc: crashes.append((worker, exc)))
+    [agent] = app.agents.values()
+    async with agent.test_context() as running:
+        await running.put(encode_events(Traffic(seed=42).mixed(n=5)))
+        for _ in range(100):
+            if crashes:
+                break
+            await asyncio.sleep(0.05)
+    assert crashes == [("counter", boom)]
+    assert redis_client.get(keys.partition_offset(settings.events_topic, 0)) is None

@@ -1,0 +1,89 @@
+"""The archiver watermark on a real Redis: it waits for durable positions to reach sampled end
+offsets, subtracts the grace, never goes back, and keeps moving on an idle topic."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+from counting import keys
+from speed_layer.watermark import Watermark
+
+pytestmark = pytest.mark.integration
+GRACE = 1_000
+
+
+class FakeBroker:
+    """End offsets the test sets, and a clock it moves."""
+
+    def __init__(self) -> None:
+        self.ends = {0: 0, 1: 0}
+        self.now_ms = 1_795_000_000_000
+
+    def end_offsets(self) -> dict[int, int]:
+        return dict(self.ends)
+
+    def clock(self) -> float:
+        return self.now_ms / 1000
+
+
+@pytest.fixture
+async def aclient(redis_client: redis.Redis, redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(redis_url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+def fake_broker() -> FakeBroker:
+    return FakeBroker()
+
+
+@pytest.fixture
+def watermark(aclient: aioredis.Redis, fake_broker: FakeBroker) -> Watermark:
+    return Watermark(aclient, "events", GRACE, fake_broker.end_offsets, clock=fake_broker.clock)
+
+
+async def test_waits_until_every_partition_has_reached_the_sampled_ends(
+    watermark: Watermark, fake_broker: FakeBroker, redis_client: redis.Redis
+) -> None:
+    fake_broker.ends = {0: 5, 1: 3}
+    sampled_at = fake_broker.now_ms
+    assert await watermark.tick() is None
+    await watermark.record_positions({0: 5})
+    fake_broker.now_ms += 100
+    fake_broker.ends = {0: 9, 1: 3}
+    assert await watermark.tick() is None  # partition 1 is still behind
+    await watermark.record_positions({1: 3})
+    fake_broker.now_ms += 100
+    assert await watermark.tick() == sampled_at - GRACE  # only the first sample is satisfied
+    assert int(redis_client.get(keys.archiver_watermark()) or 0) == sampled_at - GRACE
+    await watermark.record_positions({0: 9})
+    fake_broker.now_ms += 100
+    assert await watermark.tick() == fake_broker.now_ms - GRACE
+
+
+async def test_an_idle_topic_keeps_the_watermark_moving_and_it_never_goes_back(
+    watermark: Watermark, fake_broker: FakeBroker
+) -> None:
+    seen = []
+    for _ in range(3):
+        fake_broker.now_ms += 250
+        seen.append(await watermark.tick())
+    assert seen == [
+        fake_broker.now_ms - 500 - GRACE,
+        fake_broker.now_ms - 250 - GRACE,
+        fake_broker.now_ms - GRACE,
+    ]
+    fake_broker.now_ms -= 10_000  # a clock step back
+    assert await watermark.tick() == seen[-1]
+
+
+async def test_positions_never_move_back(watermark: Watermark, redis_client: redis.Redis) -> None:
+    await watermark.record_positions({0: 7})
+    await watermark.record_positions({0: 4, 1: 2})
+    assert await watermark.positions([0, 1, 2]) == {0: 7, 1: 2, 2: 0}
+    assert redis_client.get(keys.archiver_position("events", 0)) == b"7"
