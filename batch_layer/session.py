@@ -32,6 +32,7 @@ def build_session(settings: Settings, app_name: str = APP_NAME) -> SparkSession:
     if settings.spark_master.startswith("local"):
         # Local Python workers run this interpreter (PySpark's default is `python3` on the PATH).
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = builder.config("spark.executorEnv.PYTHONPATH", _PROJECT_ROOT)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
@@ -16,6 +18,22 @@ app = typer.Typer(help="Tally: exact view and like counters at scale.", no_args_
 batch_app = typer.Typer(help="Batch layer runs.", no_args_is_help=True)
 app.add_typer(batch_app, name="batch")
 console = Console()
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _clear_errors(command: Callable[P, R]) -> Callable[P, R]:
+    """Print a Tally error as one line saying what to do, and exit with status 2."""
+
+    @functools.wraps(command)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return command(*args, **kwargs)
+        except TallyError as exc:
+            console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
+            raise typer.Exit(2) from None
+
+    return wrapper
 
 
 def _settings(data_dir: Path | None = None, **overrides: object) -> Settings:
@@ -29,6 +47,7 @@ DataDir = Annotated[Path | None, typer.Option(help="data directory (default: TAL
 
 
 @app.command()
+@_clear_errors
 def up(
     data_dir: DataDir = None,
     reset: Annotated[bool, typer.Option(help="start with an empty log and speed state")] = False,
@@ -71,6 +90,7 @@ def status(data_dir: DataDir = None) -> None:
 
 
 @app.command()
+@_clear_errors
 def loadgen(
     events: Annotated[int, typer.Option(help="how many events to generate")] = 10_000,
     rate: Annotated[float, typer.Option(help="events per second")] = 500.0,
@@ -95,6 +115,7 @@ def loadgen(
 
 
 @batch_app.command("run")
+@_clear_errors
 def batch_run(
     cutoff: Annotated[
         str, typer.Option(help="cutoff in ms on a bucket edge, or 'auto' (last closed)")
@@ -118,6 +139,7 @@ def _parse_cutoff(text: str) -> int:
 
 
 @app.command()
+@_clear_errors
 def demo(
     data_dir: Annotated[Path, typer.Option(help="where the demo keeps its data")] = Path("data/demo"),
     seconds: Annotated[int, typer.Option(help="how long to send traffic")] = 120,
@@ -131,11 +153,7 @@ def demo(
 
 
 def main() -> None:
-    try:
-        app()
-    except TallyError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise SystemExit(2) from None
+    app()
 
 
 if __name__ == "__main__":

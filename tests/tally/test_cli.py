@@ -1,0 +1,67 @@
+"""The `tally` command line: load generation to files, refusals that say what to do."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import msgspec
+import pytest
+import redis
+from typer.testing import CliRunner
+
+from counting.event import parse_event
+from counting.settings import Settings
+from tally.cli import app
+
+runner = CliRunner()
+
+
+def test_loadgen_writes_events_and_ground_truth(tmp_path: Path) -> None:
+    out = tmp_path / "traffic.jsonl"
+
+    result = runner.invoke(app, ["loadgen", "--events", "500", "--rate", "1000", "--out", str(out)])
+
+    assert result.exit_code == 0, result.output
+    lines = out.read_bytes().splitlines()
+    assert len(lines) == 500
+    first = msgspec.json.decode(lines[0])
+    parse_event(lines[0], first["ts"])
+    truth = json.loads((tmp_path / "traffic.truth.json").read_text())
+    assert truth["events"] == 500
+    assert sum(label["events"] for label in truth["labels"].values()) == 500
+
+
+def test_loadgen_needs_a_destination() -> None:
+    result = runner.invoke(app, ["loadgen", "--events", "10"])
+    assert result.exit_code != 0
+    assert "--out" in result.output
+
+
+@pytest.mark.integration
+def test_batch_run_refuses_an_unclosed_cutoff(
+    tmp_path: Path, redis_url: str, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TALLY_REDIS_URL", redis_url)
+    monkeypatch.setenv("TALLY_BUCKET_MS", "1000")
+    settings = Settings(data_dir=tmp_path)
+    cutoff = 10 * settings.bucket_ms
+    redis_client.set("tally:archiver:watermark", cutoff - 1)
+
+    result = runner.invoke(app, ["batch", "run", "--cutoff", str(cutoff), "--data-dir", str(tmp_path)])
+
+    assert result.exit_code == 2
+    assert str(cutoff) in result.output
+    assert "watermark" in result.output
+
+
+def test_batch_run_refuses_a_cutoff_that_is_not_a_number(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["batch", "run", "--cutoff", "noon", "--data-dir", str(tmp_path)])
+    assert result.exit_code != 0
+    assert "noon" in result.output
+
+
+def test_down_without_a_stack_says_so(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["down", "--data-dir", str(tmp_path)])
+    assert result.exit_code == 0
+    assert "nothing to stop" in result.output
