@@ -3,7 +3,6 @@ them, readers of the speed layer's Redis state, producing to the broker, worker 
 
 from __future__ import annotations
 
-import os
 import random
 import subprocess
 import time
@@ -20,6 +19,8 @@ from counting.oracle import VideoCounts
 from counting.settings import Settings
 from counting.wire import decode_events, encode_events, partition_for, record_key
 from speed_layer.records import Record
+from tally.services import stop_process
+from tally.stack import settings_env
 
 ROOT = Path(__file__).resolve().parents[2]
 BROWSER = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/130.0 Safari/537.36"
@@ -179,22 +180,7 @@ def produce_events(
 
 
 def worker_env(settings: Settings) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TALLY_")}
-    env.update(
-        {
-            "TALLY_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-            "TALLY_REDIS_URL": settings.redis_url,
-            "TALLY_DATA_DIR": str(settings.data_dir),
-            "TALLY_EVENTS_TOPIC": settings.events_topic,
-            "TALLY_DEAD_LETTER_TOPIC": settings.dead_letter_topic,
-            "TALLY_TOPIC_PARTITIONS": str(settings.topic_partitions),
-            "TALLY_BUCKET_MS": str(settings.bucket_ms),
-            "TALLY_DELIVERY_TIMEOUT_MS": str(settings.delivery_timeout_ms),
-            "TALLY_COUNTER_FLUSH_MS": str(settings.counter_flush_ms),
-            "TALLY_ARCHIVER_FLUSH_MS": str(settings.archiver_flush_ms),
-        }
-    )
-    return env
+    return settings_env(settings)
 
 
 @dataclass
@@ -205,14 +191,7 @@ class WorkerProcess:
     log: Path
 
     def stop(self, timeout: float = 30.0) -> int:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout)
-        return self.process.returncode
+        return stop_process(self.process, timeout)
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
