@@ -60,6 +60,21 @@ def archiver_position(topic: str, partition: int) -> str:
     return f"{PREFIX}:archiver:position:{topic}:{partition}"
 
 
+def trending(bucket: int) -> str:
+    """Sorted set video_id -> counted views in one bucket (spans videos: no hash tag)."""
+    return f"{PREFIX}:trending:{bucket}"
+
+
+def viewers_sketch(video_id: str, bucket: int) -> str:
+    """HyperLogLog of the viewers counted for a video in one bucket."""
+    return f"{PREFIX}:{video_tag(video_id)}:hll:{bucket}"
+
+
+def shards(video_id: str) -> str:
+    """The shard count of a hot video (absent: 1). Only grows while the video is hot."""
+    return f"{PREFIX}:{video_tag(video_id)}:shards"
+
+
 def videos_index() -> str:
     """Set of every video the speed layer has seen."""
     return f"{PREFIX}:videos"

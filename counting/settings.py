@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from pathlib import Path
 
 from pydantic import Field
@@ -35,6 +36,17 @@ class Settings(BaseSettings):
     counter_flush_ms: int = Field(default=200, gt=0, description="longest a counter batch waits")
     faust_web_port: int = 6066
     admin_key: str = "change-me"
+    database_url: str | None = Field(
+        default=None, description="SQLAlchemy URL of the relational store; default: SQLite under data_dir"
+    )
+    payout_rate_per_1000_views: Decimal = Field(
+        default=Decimal("2.00"), ge=0, description="what a creator earns per 1,000 monetizable views"
+    )
+    payout_currency: str = "USD"
+    hot_video_events_per_sec: int = Field(
+        default=2_000, gt=0, description="velocity above which a video is sharded over partitions"
+    )
+    max_video_shards: int = Field(default=16, gt=0)
 
     @property
     def raw_dir(self) -> Path:
@@ -47,3 +59,24 @@ class Settings(BaseSettings):
     @property
     def run_dir(self) -> Path:
         return self.data_dir / "run"
+
+    @property
+    def batch_dir(self) -> Path:
+        return self.data_dir / "batch"
+
+    @property
+    def warehouse_path(self) -> Path:
+        return self.data_dir / "warehouse.duckdb"
+
+    @property
+    def quality_dir(self) -> Path:
+        return self.data_dir / "quality"
+
+    @property
+    def airflow_home(self) -> Path:
+        return self.data_dir / "airflow"
+
+    @property
+    def store_url(self) -> str:
+        """The relational store's URL: `database_url`, else a SQLite file under the data directory."""
+        return self.database_url or f"sqlite:///{(self.data_dir / 'tally.db').resolve()}"
