@@ -9,7 +9,7 @@ from batch_layer.errors import (
     InvalidRunId,
     WatermarkUnavailable,
 )
-from batch_layer.job import BatchResult, run_batch
+from batch_layer.job import BatchResult, compute_batch, publish_batch, run_batch
 from batch_layer.session import build_session
 from batch_layer.transform import transform
 
@@ -21,6 +21,8 @@ __all__ = [
     "InvalidRunId",
     "WatermarkUnavailable",
     "build_session",
+    "compute_batch",
+    "publish_batch",
     "run_batch",
     "transform",
 ]

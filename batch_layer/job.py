@@ -20,6 +20,7 @@ from batch_layer import load
 from batch_layer.cutoff import require_closed_cutoff
 from batch_layer.errors import BatchError, InvalidRunId
 from batch_layer.extract import read_log
+from batch_layer.series import bucket_video_counts, write_series
 from batch_layer.session import build_session
 from batch_layer.transform import classify, daily_video_counts, video_counts
 from counting.errors import TallyError
@@ -48,15 +49,14 @@ def new_run_id(cutoff_ms: int) -> str:
     return f"{stamp}-c{cutoff_ms}-{uuid.uuid4().hex[:6]}"
 
 
-def run_batch(
+def compute_batch(
     settings: Settings, cutoff_ms: int, run_id: str | None = None, spark: SparkSession | None = None
 ) -> BatchResult:
-    """Recompute every count from the log ingested before `cutoff_ms` and publish it as the baseline.
+    """Recompute every count from the log ingested before `cutoff_ms` and write it aside, unpublished.
 
-    Refuses a cutoff off a bucket edge or above the archiver watermark. Outputs are written aside
-    under the run id; only then does one switch publish them, so a failure leaves the old baseline.
-    A given run id is rewritten in place by a rerun (idempotent); the default is a fresh one.
-    Uses `spark` if given, else builds a session from the settings and stops it at the end.
+    Refuses a cutoff off a bucket edge or above the archiver watermark. A given run id is rewritten
+    in place by a rerun (idempotent); the default is a fresh one. Uses `spark` if given, else builds
+    a session from the settings and stops it at the end.
     """
     started = time.monotonic()
     if run_id is not None and not _RUN_ID.fullmatch(run_id):
@@ -71,6 +71,7 @@ def run_batch(
         try:
             table = load.baseline_table(video_counts(classified))
             load.write_daily(settings, run_id, RULES_VERSION, daily_video_counts(classified))
+            write_series(settings, run_id, bucket_video_counts(classified, settings.bucket_ms))
             events_read = events.count()
         finally:
             classified.unpersist()
@@ -82,7 +83,6 @@ def run_batch(
     finally:
         if own_session:
             session.stop()
-    load.publish(settings, run_id, cutoff_ms, RULES_VERSION, published_at=int(time.time() * 1000))
     return BatchResult(
         run_id=run_id,
         cutoff=cutoff_ms,
@@ -91,6 +91,25 @@ def run_batch(
         videos=table.num_rows,
         seconds=round(time.monotonic() - started, 3),
     )
+
+
+def publish_batch(settings: Settings, result: BatchResult) -> None:
+    """The one switch: readers move to the run's baseline together with its cutoff."""
+    load.publish(
+        settings, result.run_id, result.cutoff, result.rules_version, published_at=int(time.time() * 1000)
+    )
+
+
+def run_batch(
+    settings: Settings, cutoff_ms: int, run_id: str | None = None, spark: SparkSession | None = None
+) -> BatchResult:
+    """Recompute from the log ingested before `cutoff_ms`, write aside, then publish the baseline.
+
+    A failure before the switch leaves the previous baseline published.
+    """
+    result = compute_batch(settings, cutoff_ms, run_id, spark)
+    publish_batch(settings, result)
+    return result
 
 
 def main(argv: Sequence[str] | None = None) -> int:

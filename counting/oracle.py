@@ -61,27 +61,50 @@ def view_verdicts(events: list[Event]) -> list[tuple[Event, str | None]]:
     return verdicts
 
 
+COUNTED = "counted"
+SHORT = "short"
+REPEAT = "repeat"
+REJECTED = "rejected"
+
+
+def view_outcomes(kept: list[Event]) -> list[tuple[Event, str, str | None]]:
+    """Each deduplicated view (in first-copy order) with its outcome — counted, short, repeat or
+    rejected — and the reason of a rejection."""
+    windows: set[tuple[str, str, int]] = set()
+    outcomes: list[tuple[Event, str, str | None]] = []
+    for event, reason in view_verdicts(kept):
+        if not rules.is_qualified_view(event):
+            outcomes.append((event, SHORT, None))
+        elif reason is not None:
+            outcomes.append((event, REJECTED, reason))
+        else:
+            window = (event.video_id, rules.viewer_of(event), rules.view_window_of(event.ts))
+            outcomes.append((event, REPEAT if window in windows else COUNTED, None))
+            windows.add(window)
+    return outcomes
+
+
+def counted_views(events: Iterable[Event], cutoff: int | None = None) -> list[Event]:
+    """The view events that count, one per (video, viewer, window), as of the cutoff."""
+    return [e for e, outcome, _ in view_outcomes(dedup(events, cutoff)) if outcome == COUNTED]
+
+
 def count(events: Iterable[Event], cutoff: int | None = None) -> dict[str, VideoCounts]:
     """Exact per-video counts over the events ingested before `cutoff` (all events if None)."""
     kept = dedup(events, cutoff)
     result: dict[str, VideoCounts] = {}
-    windows: set[tuple[str, str, int]] = set()
     viewers: dict[str, set[str]] = {}
-    for event, reason in view_verdicts(kept):
+    for event, outcome, reason in view_outcomes(kept):
         counts = result.setdefault(event.video_id, VideoCounts())
-        if not rules.is_qualified_view(event):
+        if outcome == SHORT:
             counts.short_views += 1
-        elif reason is not None:
+        elif outcome == REJECTED and reason is not None:
             counts.rejected[reason] = counts.rejected.get(reason, 0) + 1
+        elif outcome == REPEAT:
+            counts.repeat_views += 1
         else:
-            viewer = rules.viewer_of(event)
-            window = (event.video_id, viewer, rules.view_window_of(event.ts))
-            if window in windows:
-                counts.repeat_views += 1
-            else:
-                windows.add(window)
-                counts.views += 1
-                viewers.setdefault(event.video_id, set()).add(viewer)
+            counts.views += 1
+            viewers.setdefault(event.video_id, set()).add(rules.viewer_of(event))
     for video_id, seen in viewers.items():
         result[video_id].unique_viewers = len(seen)
     for (_, video_id), state in reactions(kept).items():

@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 
 from batch_layer import run_batch
 from batch_layer.load import baseline_path, daily_path
+from batch_layer.series import series_path
 from counting import bots, keys, oracle, rules
 from counting.event import Event
 from counting.settings import Settings
@@ -261,3 +262,22 @@ def test_runs_are_idempotent(published_log: Settings, spark: SparkSession) -> No
         pq.read_table(daily_path(published_log, r.run_id)).drop_columns(["run_id"]) for r in (first, second)
     ]
     assert dailies[0].equals(dailies[1])
+
+
+def test_per_bucket_series_equals_the_oracle(
+    published_log: Settings, spark: SparkSession, log: list[Event]
+) -> None:
+    settings = published_log
+    cutoff = _final_cutoff(log, settings.bucket_ms)
+    result = run_batch(settings, cutoff, spark=spark)
+
+    table = pq.read_table(series_path(settings, result.run_id)).to_pylist()
+    got = {(r["video_id"], r["bucket"]): (r["views"], r["rejected"], r["short_views"]) for r in table}
+
+    want: dict[tuple[str, int], list[int]] = {}
+    for event, outcome, _ in oracle.view_outcomes(oracle.dedup(log, cutoff)):
+        slot = want.setdefault((event.video_id, (event.ingest_ts or 0) // settings.bucket_ms), [0, 0, 0])
+        slot[0] += outcome == oracle.COUNTED
+        slot[1] += outcome == oracle.REJECTED
+        slot[2] += outcome == oracle.SHORT
+    assert got == {key: tuple(value) for key, value in want.items()}
