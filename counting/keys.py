@@ -40,6 +40,12 @@ def reactions(video_id: str) -> str:
     return f"{PREFIX}:{video_tag(video_id)}:reactions"
 
 
+def user_reactions(video_id: str) -> str:
+    """Hash user_id -> `ts|event_id|state` kept by the ingest API when it acknowledges a reaction:
+    what `user_liked` reads, consistent with every acknowledged write."""
+    return f"{PREFIX}:{video_tag(video_id)}:user-reactions"
+
+
 def presence(video_id: str) -> str:
     """Sorted set session_id -> time of its last heartbeat (ms)."""
     return f"{PREFIX}:{video_tag(video_id)}:presence"

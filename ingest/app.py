@@ -9,12 +9,15 @@ from typing import Any
 import msgspec
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from counting.errors import InvalidEvent
 from counting.event import MAX_BODY_BYTES, event_from_dict, is_valid_video_id, parse_batch
 from counting.settings import Settings
 from ingest.errors import BrokerUnavailable
 from ingest.publisher import Publisher, now_ms
+from ingest.reactions import ReactionState
 from ingest.routes import SINGLE_ROUTES
 
 
@@ -37,12 +40,28 @@ async def _read_body(request: Request) -> bytes:
 def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAPI:
     """The ingest API wired to a publisher (a real broker unless a test passes another)."""
     pub = publisher or Publisher(settings)
+    redis = Redis.from_url(settings.redis_url, socket_timeout=1.0, socket_connect_timeout=1.0)
+    reactions = ReactionState(redis)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await pub.start()
         yield
         await pub.stop()
+        await redis.aclose()
+
+    async def write(events: list[Any]) -> tuple[list[Any], list[str]]:
+        """Publish (acks=all), then record reactions for `user_liked`; a Redis fault there is a
+        warning, never a refusal: the events are already in the log."""
+        written = await pub.publish(events)
+        try:
+            await reactions.apply(written)
+        except (RedisError, OSError) as exc:
+            return written, [
+                f"reaction state not updated now (Redis at {settings.redis_url}: {exc}); "
+                "user_liked follows once the speed layer counts the event"
+            ]
+        return written, []
 
     app = FastAPI(title="Tally ingest API", version="0.1.0", lifespan=lifespan)
 
@@ -60,11 +79,12 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
         """Accept a batch `{"events": [...]}`; valid events are written even when others are refused."""
         body = await _read_body(request)
         events, errors = parse_batch(body, now_ms())
-        written = await pub.publish(events)
+        written, warnings = await write(events)
         content = {
             "accepted": len(written),
             "ingest_ts": written[0].ingest_ts if written else None,
             "errors": errors,
+            "warnings": warnings,
         }
         return JSONResponse(status_code=422 if errors else 202, content=content)
 
@@ -83,8 +103,9 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
                 if field in data:
                     raise InvalidEvent(field, "set by the route; leave it out of the body")
             event = event_from_dict({**data, "type": event_type, "video_id": video_id}, now_ms())
-            written = await pub.publish([event])
-            return JSONResponse(status_code=202, content={"accepted": 1, "ingest_ts": written[0].ingest_ts})
+            written, warnings = await write([event])
+            content = {"accepted": 1, "ingest_ts": written[0].ingest_ts, "warnings": warnings}
+            return JSONResponse(status_code=202, content=content)
 
         return handler
 

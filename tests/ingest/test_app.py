@@ -6,9 +6,11 @@ import time
 from collections.abc import Iterator
 
 import pytest
+import redis
 from confluent_kafka import Consumer, TopicPartition
 from fastapi.testclient import TestClient
 
+from counting import keys
 from counting.event import Event
 from counting.settings import Settings
 from counting.wire import decode_events
@@ -83,7 +85,7 @@ def test_all_valid_batch_is_202(client: TestClient, ingest_settings: Settings) -
     response = client.post("/v1/events", json={"events": [_view(f"ok{i}", f"v{i}") for i in range(20)]})
     assert response.status_code == 202
     answer = response.json()
-    assert (answer["accepted"], answer["errors"]) == (20, [])
+    assert (answer["accepted"], answer["errors"], answer["warnings"]) == (20, [], [])
     assert abs(answer["ingest_ts"] - _now()) < 60_000
     assert len(_read_topic(ingest_settings, 20)) == 20
 
@@ -129,3 +131,19 @@ def test_malformed_and_oversized_bodies(client: TestClient) -> None:
     response = client.post("/v1/events", content=huge, headers={"content-type": "application/json"})
     assert response.status_code == 413
     assert response.json()["errors"][0]["field"] == "body"
+
+
+def test_acknowledged_reactions_are_recorded_latest_wins(
+    client: TestClient, redis_client: redis.Redis
+) -> None:
+    now = _now()
+    like = {"event_id": "r2", "user_id": "u9", "ts": now}
+    older_unlike = {"event_id": "r1", "user_id": "u9", "ts": now - 1_000}
+    assert client.post("/v1/videos/clip/like", json=like).status_code == 202
+    assert client.request("DELETE", "/v1/videos/clip/like", json=older_unlike).status_code == 202
+
+    assert redis_client.hget(keys.user_reactions("clip"), "u9") == f"{now}|r2|liked".encode()
+
+    newer_unlike = {"event_id": "r3", "user_id": "u9", "ts": now + 1}
+    assert client.request("DELETE", "/v1/videos/clip/like", json=newer_unlike).status_code == 202
+    assert redis_client.hget(keys.user_reactions("clip"), "u9") == f"{now + 1}|r3|none".encode()

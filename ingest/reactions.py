@@ -1,0 +1,50 @@
+"""The reaction state the ingest API keeps: each acknowledged reaction is applied at once, so a
+user reading `user_liked` right after liking sees it (latest by ts, then event_id, wins)."""
+
+from __future__ import annotations
+
+from redis.asyncio import Redis
+
+from counting import keys, rules
+from counting.event import Event
+
+# KEYS[1]: the video's user-reactions hash. ARGV: user, ts, event_id, state.
+# The stored value `ts|event_id|state` is replaced only by a later (ts, event_id).
+_APPLY = """
+local current = redis.call('HGET', KEYS[1], ARGV[1])
+if current then
+  local sep = string.find(current, '|', 1, true)
+  local ts = tonumber(string.sub(current, 1, sep - 1))
+  local rest = string.sub(current, sep + 1)
+  local id = string.sub(rest, 1, string.find(rest, '|', 1, true) - 1)
+  local new_ts = tonumber(ARGV[2])
+  if new_ts < ts or (new_ts == ts and ARGV[3] <= id) then
+    return 0
+  end
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. '|' .. ARGV[3] .. '|' .. ARGV[4])
+return 1
+"""
+
+
+class ReactionState:
+    """Applies acknowledged reactions to the per-video user-reaction hashes."""
+
+    def __init__(self, redis: Redis) -> None:
+        self._redis = redis
+        self._script = redis.register_script(_APPLY)
+
+    async def apply(self, events: list[Event]) -> None:
+        reactions = [
+            (e, e.user_id) for e in events if e.type in rules.REACTION_STATE and e.user_id is not None
+        ]
+        if not reactions:
+            return
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for e, user_id in reactions:
+                await self._script(
+                    keys=[keys.user_reactions(e.video_id)],
+                    args=[user_id, e.ts, e.event_id, rules.reaction_state(e.type)],
+                    client=pipe,
+                )
+            await pipe.execute()
