@@ -1,44 +1,73 @@
-"""The read API: per-video stats merged from the batch baseline and the speed layer."""
+"""The read API: wiring of the routes over the published baseline and the speed layer."""
 
 from __future__ import annotations
 
-import time
+import asyncio
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
+from pathlib import Path as FilePath
 from typing import Annotated, Any
 
-from fastapi import FastAPI, Path, Query
+from fastapi import FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from fastapi.staticfiles import StaticFiles
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from counting import rules
 from counting.event import VIDEO_ID_PATTERN
 from counting.settings import Settings
+from serving_layer.admin import is_admin, raw_events
 from serving_layer.baselines import BaselineCache
-from serving_layer.merge import merge
-from serving_layer.speed import SpeedCounts, read_reaction, read_speed
+from serving_layer.cache import ReadCache
+from serving_layer.errors import StoreUnavailable
+from serving_layer.live import live_stream
+from serving_layer.metrics import instrument
+from serving_layer.stats import REDIS_ERRORS, StatsReader, now_ms
+from serving_layer.timeseries import MAX_BUCKETS, read_series
+from serving_layer.trending import top_videos
 
+STATIC = FilePath(__file__).parent / "static"
 VideoIdPath = Annotated[str, Path(pattern=VIDEO_ID_PATTERN, description="the video id")]
-UserIdQuery = Annotated[str | None, Query(min_length=1, max_length=64)]
+UserIdQuery = Annotated[str | None, Query(min_length=1, max_length=64, description="the asking user")]
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
+def _error(status: int, field: str, reason: str) -> JSONResponse:
+    return JSONResponse(status_code=status, content={"errors": [{"field": field, "reason": reason}]})
 
 
 def create_app(settings: Settings) -> FastAPI:
     """The serving API over the configured Redis and the published baseline."""
-    baselines = BaselineCache(settings.baselines_dir)
     redis = Redis.from_url(settings.redis_url, socket_timeout=1.0, socket_connect_timeout=1.0)
+    baselines = BaselineCache(settings.baselines_dir, settings.batch_dir)
+    reader = StatsReader(settings, redis, baselines, ReadCache())
+
+    async def refresh_hot_videos() -> None:
+        """Trending videos get a tighter staleness bound: refresh the set every few seconds."""
+        while True:
+            bucket = now_ms() // settings.bucket_ms
+            with suppress(*REDIS_ERRORS):
+                top = await top_videos(redis, bucket - 1, bucket, 50)
+                reader.hot_videos = frozenset(v for v, _ in top)
+            await asyncio.sleep(5)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        refresher = asyncio.create_task(refresh_hot_videos())
         yield
+        refresher.cancel()
+        with suppress(asyncio.CancelledError):
+            await refresher
         await redis.aclose()
 
-    app = FastAPI(title="Tally serving API", version="0.1.0", lifespan=lifespan)
+    app = FastAPI(
+        title="Tally serving API",
+        version="0.1.0",
+        description="Views, likes and unique viewers: the batch baseline plus the speed layer's deltas.",
+        lifespan=lifespan,
+    )
+    instrument(app)
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Any, exc: RequestValidationError) -> JSONResponse:
@@ -47,60 +76,107 @@ def create_app(settings: Settings) -> FastAPI:
         ]
         return JSONResponse(status_code=422, content={"errors": errors})
 
+    @app.exception_handler(StoreUnavailable)
+    async def _unavailable(_: Any, exc: StoreUnavailable) -> JSONResponse:
+        return _error(503, "redis", str(exc))
+
     @app.get("/v1/videos/{video_id}/stats")
-    async def stats(video_id: VideoIdPath, user_id: UserIdQuery = None) -> JSONResponse:
+    async def stats(video_id: VideoIdPath, user_id: UserIdQuery = None) -> dict[str, Any]:
         """Views, likes, dislikes, unique viewers and presence: baseline(C) + speed buckets >= C."""
-        now = _now_ms()
-        baseline = baselines.get()
-        cutoff = baseline.cutoff if baseline else 0
-        from_bucket = rules.bucket_of(cutoff, settings.bucket_ms)
-        speed: SpeedCounts | None = None
-        reaction: str | None = None
-        degraded: list[str] = []
-        try:
-            speed = await read_speed(redis, video_id, from_bucket, now)
-            if user_id is not None:
-                reaction = await read_reaction(redis, video_id, user_id)
-        except (RedisError, OSError) as exc:
-            if baseline is None:
-                return JSONResponse(
-                    status_code=503,
-                    content={
-                        "errors": [
-                            {
-                                "field": "redis",
-                                "reason": f"Redis is not reachable at {settings.redis_url} and no batch "
-                                f"baseline is published: start Redis ('tally up') or run a batch ({exc})",
-                            }
-                        ]
-                    },
-                )
-            degraded.append("speed layer unreachable: counts are the batch baseline only")
-        if baseline is not None and now - baseline.cutoff > settings.retention_ms:
-            degraded.append("baseline older than the speed retention: recent counts may be missing")
-        merged = merge(video_id, baseline.get(video_id) if baseline else None, speed)
-        body: dict[str, Any] = {
-            "video_id": video_id,
-            "views": merged.views,
-            "likes": merged.likes,
-            "dislikes": merged.dislikes,
-            "unique_viewers": merged.unique_viewers,
-            "watching_now": merged.watching_now,
-            "rejected": merged.rejected,
-            "as_of": now,
-            "batch_cutoff": baseline.cutoff if baseline else None,
-            "batch_run_id": baseline.run_id if baseline else None,
-            "rules_version": baseline.rules_version if baseline else rules.RULES_VERSION,
-            "approx": bool(degraded),
-            "degraded": degraded,
-        }
+        body = dict(await reader.stats(video_id))
         if user_id is not None:
-            body["user_liked"] = reaction == rules.LIKED if reaction is not None else None
-            body["user_disliked"] = reaction == rules.DISLIKED if reaction is not None else None
-        return JSONResponse(content=body)
+            reaction = await reader.user_reaction(video_id, user_id)
+            body["user_liked"] = None if reaction is None else reaction == rules.LIKED
+            body["user_disliked"] = None if reaction is None else reaction == rules.DISLIKED
+        return body
+
+    @app.get("/v1/videos/{video_id}/timeseries")
+    async def timeseries(
+        video_id: VideoIdPath,
+        start: Annotated[int | None, Query(ge=0, description="range start, ms (inclusive)")] = None,
+        end: Annotated[int | None, Query(ge=0, description="range end, ms (exclusive)")] = None,
+        buckets: Annotated[int, Query(ge=1, le=MAX_BUCKETS, description="without start: the last N")] = 60,
+    ) -> Any:
+        """Counted and refused views per bucket: batch buckets before the cutoff, speed after."""
+        bucket_ms = settings.bucket_ms
+        last = (end if end is not None else now_ms()) // bucket_ms
+        end_bucket = -(-end // bucket_ms) if end is not None else last + 1
+        start_bucket = start // bucket_ms if start is not None else end_bucket - buckets
+        if end_bucket <= start_bucket:
+            return _error(422, "end", f"must be after start (got start={start}, end={end})")
+        if end_bucket - start_bucket > MAX_BUCKETS:
+            return _error(422, "start", f"range spans more than {MAX_BUCKETS} buckets of {bucket_ms} ms")
+        try:
+            points = await read_series(
+                redis, baselines, video_id, max(start_bucket, 0), end_bucket, bucket_ms
+            )
+            degraded = False
+        except REDIS_ERRORS:
+            points = await read_series(None, baselines, video_id, max(start_bucket, 0), end_bucket, bucket_ms)
+            degraded = True
+        return {"video_id": video_id, "bucket_ms": bucket_ms, "points": points, "approx": degraded}
+
+    @app.get("/v1/trending")
+    async def trending(
+        window_buckets: Annotated[
+            int, Query(ge=1, le=MAX_BUCKETS, description="how many recent buckets")
+        ] = 6,
+        limit: Annotated[int, Query(ge=1, le=100)] = 10,
+    ) -> dict[str, Any]:
+        """Top videos by counted views over the last `window_buckets` speed buckets."""
+        bucket = now_ms() // settings.bucket_ms
+        try:
+            top = await top_videos(redis, bucket - window_buckets + 1, bucket, limit)
+        except REDIS_ERRORS as exc:
+            raise StoreUnavailable(
+                f"trending needs the speed layer and Redis is not reachable at {settings.redis_url} ({exc})"
+            ) from exc
+        return {
+            "window_buckets": window_buckets,
+            "bucket_ms": settings.bucket_ms,
+            "videos": [{"video_id": v, "views": n} for v, n in top],
+        }
+
+    @app.get("/v1/admin/videos/{video_id}/raw")
+    async def admin_raw(
+        video_id: VideoIdPath,
+        limit: Annotated[int, Query(ge=0, le=1_000)] = 50,
+        x_admin_key: Annotated[str | None, Header()] = None,
+    ) -> Any:
+        """The video's events in the raw log and its refused views by reason (admin key required)."""
+        if not is_admin(x_admin_key, settings.admin_key):
+            return _error(401, "x-admin-key", "missing or wrong admin key")
+        raw = await asyncio.to_thread(raw_events, settings.raw_dir, video_id, limit)
+        counts = await reader.stats(video_id)
+        return {"video_id": video_id, "rejected": counts["rejected"], **raw}
+
+    @app.get("/v1/videos/{video_id}/live")
+    async def live(video_id: VideoIdPath, request: Request) -> StreamingResponse:
+        """Server-sent events: an `stats` event whenever the counts change."""
+        stream = live_stream(lambda: reader.stats(video_id), request.is_disconnected)
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
+
+    @app.get("/dashboard", include_in_schema=False)
+    async def dashboard() -> FileResponse:
+        return FileResponse(STATIC / "dashboard.html")
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
+        """Liveness: the process answers."""
         return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        """Readiness: Redis answers or a baseline is published (something can be served)."""
+        redis_ok = True
+        try:
+            await redis.ping()
+        except REDIS_ERRORS:
+            redis_ok = False
+        baseline = baselines.get()
+        ready = redis_ok or baseline is not None
+        body = {"ready": ready, "redis": redis_ok, "baseline_run_id": baseline.run_id if baseline else None}
+        return JSONResponse(status_code=200 if ready else 503, content=body)
 
     return app

@@ -1,19 +1,35 @@
-"""Keep the published baseline in memory and reload it when the publish pointer changes."""
+"""Keep the published baseline (and its per-bucket series) in memory; reload on a new publish."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow.parquet as pq
+
 from warehouse.baseline import POINTER, Baseline, current_baseline
+
+SERIES_DIR = "bucket_video"
+
+
+@dataclass(frozen=True)
+class BucketCounts:
+    """Counted, rejected and short views of a video in one bucket."""
+
+    views: int = 0
+    rejected: int = 0
+    short_views: int = 0
 
 
 class BaselineCache:
     """The baseline the serving process reads, reloaded when a batch publishes a new one."""
 
-    def __init__(self, baselines_dir: Path) -> None:
+    def __init__(self, baselines_dir: Path, batch_dir: Path | None = None) -> None:
         self._dir = baselines_dir
+        self._batch_dir = batch_dir
         self._stamp: tuple[int, int] | None = None
         self._baseline: Baseline | None = None
+        self._series: dict[str, dict[int, BucketCounts]] | None = None
 
     def get(self) -> Baseline | None:
         pointer = self._dir / POINTER
@@ -24,5 +40,25 @@ class BaselineCache:
         stamp = (stat.st_mtime_ns, stat.st_ino)
         if stamp != self._stamp:
             self._baseline = current_baseline(self._dir)
+            self._series = None
             self._stamp = stamp
         return self._baseline
+
+    def series(self, video_id: str) -> dict[int, BucketCounts]:
+        """The batch's per-bucket counts of a video (empty before any batch or without series)."""
+        baseline = self.get()
+        if baseline is None or self._batch_dir is None:
+            return {}
+        if self._series is None:
+            self._series = self._load_series(self._batch_dir / baseline.run_id / SERIES_DIR)
+        return self._series.get(video_id, {})
+
+    @staticmethod
+    def _load_series(path: Path) -> dict[str, dict[int, BucketCounts]]:
+        if not path.exists():
+            return {}
+        series: dict[str, dict[int, BucketCounts]] = {}
+        for row in pq.read_table(path).to_pylist():
+            counts = BucketCounts(int(row["views"]), int(row["rejected"]), int(row["short_views"]))
+            series.setdefault(row["video_id"], {})[int(row["bucket"])] = counts
+        return series

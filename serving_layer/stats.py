@@ -1,0 +1,89 @@
+"""The stats answer of a video: the merge of baseline and speed, with its freshness and health."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from counting import rules
+from counting.settings import Settings
+from serving_layer.baselines import BaselineCache
+from serving_layer.cache import ReadCache
+from serving_layer.errors import StoreUnavailable
+from serving_layer.merge import merge
+from serving_layer.reactions import read_user_reaction
+from serving_layer.speed import SpeedCounts, read_speed
+
+REDIS_ERRORS = (RedisError, OSError)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class StatsReader:
+    """Reads merged stats through a short-lived cache; trending videos get a tighter bound."""
+
+    settings: Settings
+    redis: Redis
+    baselines: BaselineCache
+    cache: ReadCache[dict[str, Any]]
+    max_age_secs: float = 1.0
+    hot_max_age_secs: float = 0.25
+    hot_videos: frozenset[str] = frozenset()
+
+    async def stats(self, video_id: str) -> dict[str, Any]:
+        """The counts of a video (possibly up to `max_age_secs` old); StoreUnavailable when
+        neither Redis nor a baseline can answer."""
+        bound = self.hot_max_age_secs if video_id in self.hot_videos else self.max_age_secs
+        baseline = self.baselines.get()
+        key = f"{baseline.run_id if baseline else '-'}/{video_id}"  # a new baseline is a new entry
+        return await self.cache.get(key, bound, lambda: self._load(video_id))
+
+    async def _load(self, video_id: str) -> dict[str, Any]:
+        now = now_ms()
+        baseline = self.baselines.get()
+        cutoff = baseline.cutoff if baseline else 0
+        degraded: list[str] = []
+        speed: SpeedCounts | None = None
+        try:
+            speed = await read_speed(
+                self.redis, video_id, rules.bucket_of(cutoff, self.settings.bucket_ms), now
+            )
+        except REDIS_ERRORS as exc:
+            if baseline is None:
+                raise StoreUnavailable(
+                    f"Redis is not reachable at {self.settings.redis_url} and no batch baseline is "
+                    f"published: start Redis ('tally up') or run a batch ({exc})"
+                ) from exc
+            degraded.append("speed layer unreachable: counts are the batch baseline only")
+        if baseline is not None and now - baseline.cutoff > self.settings.retention_ms:
+            degraded.append("baseline older than the speed retention: recent counts may be missing")
+        merged = merge(video_id, baseline.get(video_id) if baseline else None, speed)
+        return {
+            "video_id": video_id,
+            "views": merged.views,
+            "likes": merged.likes,
+            "dislikes": merged.dislikes,
+            "unique_viewers": merged.unique_viewers,
+            "watching_now": merged.watching_now,
+            "rejected": merged.rejected,
+            "as_of": now,
+            "batch_cutoff": baseline.cutoff if baseline else None,
+            "batch_run_id": baseline.run_id if baseline else None,
+            "rules_version": baseline.rules_version if baseline else rules.RULES_VERSION,
+            "approx": bool(degraded),
+            "degraded": degraded,
+        }
+
+    async def user_reaction(self, video_id: str, user_id: str) -> str | None:
+        """liked / disliked / none, read uncached (strongly consistent); None when Redis is away."""
+        try:
+            return await read_user_reaction(self.redis, video_id, user_id)
+        except REDIS_ERRORS:
+            return None
