@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Check the OS-level tools Tally needs (Java 17+ for Spark, redis-server for the local stack)
+# Check the OS-level tools Tally needs (Java 17+ for Spark, redis-server for the local stack,
+# Chromium for the dashboard's browser test)
 # and install the missing ones from the OS packages when we can.
 set -euo pipefail
 
@@ -7,6 +8,8 @@ missing=()
 if ! command -v java >/dev/null 2>&1; then missing+=("openjdk-17-jre-headless"); fi
 if ! command -v redis-server >/dev/null 2>&1; then missing+=("redis-server"); fi
 if ! command -v python3 >/dev/null 2>&1; then missing+=("python3" "python3-venv"); fi
+# The dashboard's browser test drives Debian's Chromium (Playwright cannot download browsers here).
+if ! command -v chromium >/dev/null 2>&1; then missing+=("chromium"); fi
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0

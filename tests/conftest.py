@@ -12,6 +12,7 @@ import redis
 
 from counting.settings import Settings
 from tally.services import Service, free_port, start_broker, start_redis
+from tally.stack import Stack, start_stack
 
 
 @pytest.fixture(scope="session")
@@ -56,3 +57,25 @@ def settings(tmp_path: Path, redis_url: str) -> Settings:
         topic_partitions=2,
         delivery_timeout_ms=1_000,
     )
+
+
+@pytest.fixture
+def stack_settings(settings: Settings, broker: str) -> Settings:
+    """Settings for a whole local stack on free ports, against the session's broker and Redis."""
+    return settings.model_copy(
+        update={
+            "kafka_bootstrap": broker,
+            "ingest_port": free_port(),
+            "serving_port": free_port(),
+            "faust_web_port": free_port(),
+            "topic_partitions": 3,
+        }
+    )
+
+
+@pytest.fixture
+def stack(stack_settings: Settings, redis_client: redis.Redis) -> Iterator[Stack]:
+    """The real local stack: both Faust workers and both APIs as processes."""
+    running = start_stack(stack_settings, reset=True)
+    yield running
+    running.stop()

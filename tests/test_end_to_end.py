@@ -4,7 +4,6 @@ Spark → baseline, and the serving layer merging both, compared with the oracle
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -14,33 +13,12 @@ from counting import oracle
 from counting.event import Event
 from counting.settings import Settings
 from tally.loadgen import Sent, post_traffic
-from tally.services import free_port
 from tally.speedview import counter_caught_up, wait_until, watermark
-from tally.stack import Stack, start_stack
+from tally.stack import Stack
 from tally.traffic_run import generate_items
 from warehouse.baseline import current_baseline
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-@pytest.fixture
-def stack_settings(settings: Settings, broker: str) -> Settings:
-    return settings.model_copy(
-        update={
-            "kafka_bootstrap": broker,
-            "ingest_port": free_port(),
-            "serving_port": free_port(),
-            "faust_web_port": free_port(),
-            "topic_partitions": 3,
-        }
-    )
-
-
-@pytest.fixture
-def stack(stack_settings: Settings, redis_client: redis.Redis) -> Iterator[Stack]:
-    running = start_stack(stack_settings, reset=True)
-    yield running
-    running.stop()
 
 
 def _send(settings: Settings, seed: int, events: int, bots: bool) -> Sent:
