@@ -36,6 +36,9 @@ class Settings(BaseSettings):
     counter_flush_ms: int = Field(default=200, gt=0, description="longest a counter batch waits")
     faust_web_port: int = 6066
     admin_key: str = "change-me"
+    serving_cache_ms: int = Field(
+        default=1_000, ge=0, description="longest a served count may be cached (trending videos: a quarter)"
+    )
     database_url: str | None = Field(
         default=None, description="SQLAlchemy URL of the relational store; default: SQLite under data_dir"
     )

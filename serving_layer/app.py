@@ -40,7 +40,8 @@ def create_app(settings: Settings) -> FastAPI:
     """The serving API over the configured Redis and the published baseline."""
     redis = Redis.from_url(settings.redis_url, socket_timeout=1.0, socket_connect_timeout=1.0)
     baselines = BaselineCache(settings.baselines_dir, settings.batch_dir)
-    reader = StatsReader(settings, redis, baselines, ReadCache())
+    bound = settings.serving_cache_ms / 1000
+    reader = StatsReader(settings, redis, baselines, ReadCache(), bound, bound / 4)
 
     async def refresh_hot_videos() -> None:
         """Trending videos get a tighter staleness bound: refresh the set every few seconds."""

@@ -30,7 +30,7 @@ class ReadCache(Generic[T]):
 
     async def get(self, key: str, max_age: float, load: Callable[[], Awaitable[T]]) -> T:
         entry = self._entries.get(key)
-        if entry is not None and self._clock() - entry.loaded_at <= max_age:
+        if entry is not None and max_age > 0 and self._clock() - entry.loaded_at <= max_age:
             self.hits += 1
             return entry.value
         pending = self._loading.get(key)

@@ -56,6 +56,7 @@ def settings(tmp_path: Path, redis_url: str) -> Settings:
         dead_letter_topic=f"{topic}-dlq",
         topic_partitions=2,
         delivery_timeout_ms=1_000,
+        serving_cache_ms=0,
     )
 
 
