@@ -54,7 +54,8 @@ def test_timeseries_merges_batch_buckets_and_speed_buckets(
     redis_client.hset(keys.bucket_counts("v1", b - 1), mapping={"views": 1000})  # before C: batch wins
     redis_client.hset(keys.bucket_counts("v1", b), mapping={"views": 5, "rejected:scripted_agent": 3})
 
-    answer = api.get("/v1/videos/v1/timeseries", params={"buckets": 4})
+    window = {"start": (b - 3) * settings.bucket_ms, "end": (b + 1) * settings.bucket_ms}
+    answer = api.get("/v1/videos/v1/timeseries", params=window)
 
     assert answer.status_code == 200
     points = [(p["bucket"], p["views"], p["rejected"], p["source"]) for p in answer.json()["points"]]
@@ -81,9 +82,9 @@ def test_trending_ranks_videos_over_the_window(
     b = _bucket_now(settings)
     redis_client.zadd(keys.trending(b), {"a": 5, "b": 3})
     redis_client.zadd(keys.trending(b - 1), {"b": 4, "c": 1})
-    redis_client.zadd(keys.trending(b - 5), {"c": 100})  # outside a 2-bucket window
+    redis_client.zadd(keys.trending(b - 10), {"c": 100})  # outside a 5-bucket window, even if b rolls over
 
-    answer = api.get("/v1/trending", params={"window_buckets": 2, "limit": 2}).json()
+    answer = api.get("/v1/trending", params={"window_buckets": 5, "limit": 2}).json()
 
     assert answer["videos"] == [{"video_id": "b", "views": 7}, {"video_id": "a", "views": 5}]
 
