@@ -17,6 +17,10 @@ from counting.settings import Settings
 app = typer.Typer(help="Tally: exact view and like counters at scale.", no_args_is_help=True)
 batch_app = typer.Typer(help="Batch layer runs.", no_args_is_help=True)
 app.add_typer(batch_app, name="batch")
+catalog_app = typer.Typer(help="The video catalog in the relational store.", no_args_is_help=True)
+app.add_typer(catalog_app, name="catalog")
+audit_app = typer.Typer(help="Re-derive figures from the raw log and prove them.", no_args_is_help=True)
+app.add_typer(audit_app, name="audit")
 console = Console()
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -130,6 +134,50 @@ def batch_run(
     cutoff_ms = closed_cutoff(settings) if cutoff == "auto" else _parse_cutoff(cutoff)
     result = run_batch(settings, cutoff_ms)
     console.print_json(json.dumps(result.__dict__, default=str))
+
+
+@catalog_app.command("load")
+@_clear_errors
+def catalog_load(
+    videos: Annotated[int, typer.Option(help="catalog size of the generated traffic")] = 50,
+    seed: Annotated[int, typer.Option(help="seed of the generated traffic")] = 7,
+    data_dir: DataDir = None,
+) -> None:
+    """Load the traffic generator's catalog (videos, creators, durations, monetized) into the store."""
+    from counting.traffic import TrafficConfig, catalog_rows
+    from warehouse.migrate import migrate
+    from warehouse.store import open_store, upsert_catalog
+
+    settings = _settings(data_dir)
+    migrate(settings.store_url)
+    rows = catalog_rows(TrafficConfig(seed=seed, videos=videos))
+    with open_store(settings.store_url) as store:
+        upsert_catalog(store, rows)
+    console.print(f"loaded {len(rows)} videos into {settings.store_url}")
+
+
+@audit_app.command("payout")
+@_clear_errors
+def audit_payout_command(
+    creator: Annotated[str, typer.Option(help="creator id")],
+    date: Annotated[str, typer.Option(help="UTC day, YYYY-MM-DD")],
+    data_dir: DataDir = None,
+) -> None:
+    """Re-derive a creator's payout for a day from the raw log and say whether the ledger holds."""
+    import datetime as dt
+
+    from batch_layer.audit import audit_payout
+    from warehouse.migrate import migrate
+
+    try:
+        day = dt.date.fromisoformat(date)
+    except ValueError:
+        raise typer.BadParameter(f"must be a day as YYYY-MM-DD (got {date!r})", param_hint="--date") from None
+    settings = _settings(data_dir)
+    migrate(settings.store_url)
+    report = audit_payout(settings, creator, day)
+    console.print(report.render(), soft_wrap=True)
+    raise typer.Exit(0 if report.matches else 1)
 
 
 def _parse_cutoff(text: str) -> int:

@@ -65,3 +65,26 @@ def test_down_without_a_stack_says_so(tmp_path: Path) -> None:
     result = runner.invoke(app, ["down", "--data-dir", str(tmp_path)])
     assert result.exit_code == 0
     assert "nothing to stop" in result.output
+
+
+def test_catalog_load_then_audit_of_an_unknown_payout_says_so(tmp_path: Path) -> None:
+    loaded = runner.invoke(app, ["catalog", "load", "--videos", "12", "--data-dir", str(tmp_path)])
+    assert loaded.exit_code == 0, loaded.output
+    assert "loaded 12 videos" in loaded.output
+
+    from warehouse.store import catalog, open_store
+
+    with open_store(Settings(data_dir=tmp_path).store_url) as store:
+        assert len(catalog(store)) == 12
+
+    audit = runner.invoke(
+        app, ["audit", "payout", "--creator", "c-none", "--date", "2026-11-01", "--data-dir", str(tmp_path)]
+    )
+    assert audit.exit_code == 2
+    assert "c-none" in audit.output
+
+
+def test_audit_refuses_a_bad_date(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["audit", "payout", "--creator", "c1", "--date", "11/01/2026"])
+    assert result.exit_code != 0
+    assert "11/01/2026" in result.output

@@ -1,0 +1,242 @@
+"""`tally audit payout`: re-derive a ledger figure from the raw log in plain Python (pyarrow and the
+oracle, no Spark) and say whether it matches, and what differs when it does not."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from batch_layer.payouts import day_of_date, payout_amount, payout_events_path
+from counting import oracle, rules
+from counting.event import Event
+from counting.logschema import EVENT_COLUMNS, PARTITION_COLUMNS
+from counting.rules import RULES_VERSION
+from counting.settings import Settings
+from warehouse.errors import PayoutNotFound, StoreError
+from warehouse.store import LedgerRow, catalog, get_run, latest_payout, open_store
+from warehouse.tables import file_digest, ids_digest
+
+_SHOWN = 5  # ids or files named in one line before "..."
+
+
+@dataclass(frozen=True)
+class Derived:
+    """What the log says today: the counted ids of the creator's monetized views of the day,
+    their videos, and the files that hold a view of that day."""
+
+    ids: frozenset[str]
+    videos: dict[str, str]  # counted event id -> video id
+    files: frozenset[str]
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    """The ledger's figure beside the one re-derived from the log, and what differs in plain words."""
+
+    creator_id: str
+    day: date
+    run_id: str
+    cutoff: int
+    rules_version: str
+    currency: str
+    ledger_views: int
+    log_views: int
+    ledger_amount: Decimal
+    log_amount: Decimal
+    ledger_digest: str
+    log_digest: str
+    differences: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def matches(self) -> bool:
+        return not self.differences
+
+    def render(self) -> str:
+        cutoff = datetime.fromtimestamp(self.cutoff / 1000, tz=UTC).isoformat(timespec="seconds")
+        lines = [
+            f"payout of creator {self.creator_id} on {self.day.isoformat()} (UTC day of event time)",
+            f"  run {self.run_id}, cutoff {self.cutoff} ({cutoff}), rules {self.rules_version}",
+            f"  {'':8}{'ledger':>20}  {'raw log':>20}",
+            f"  {'views':8}{self.ledger_views:>20}  {self.log_views:>20}",
+            f"  {'amount':8}{self.ledger_amount:>20}  {self.log_amount:>20}  {self.currency}",
+            f"  {'ids':8}{self.ledger_digest[:16]:>20}  {self.log_digest[:16]:>20}  (sha256 digest)",
+        ]
+        if self.matches:
+            lines.append("MATCH: the ledger figure re-derives exactly from the raw log")
+        else:
+            lines.append(f"MISMATCH: {len(self.differences)} difference(s)")
+            lines += [f"  - {d}" for d in self.differences]
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def audit_payout(settings: Settings, creator_id: str, day: date) -> AuditReport:
+    """Check the latest run's ledger row of (creator, day) against the raw log read afresh.
+
+    Reads the files under `settings.raw_dir` ingested before the run's cutoff (any file, so files
+    added or removed since the run show), counts with `counting.oracle`, compares views, amount,
+    the counted-ids digest and each input file's sha256. The catalog is the store's current one.
+    """
+    with open_store(settings.store_url) as store:
+        row = latest_payout(store, creator_id, day)
+        if row is None:
+            raise PayoutNotFound(
+                f"no payout in the ledger for creator {creator_id!r} on {day.isoformat()}: check the "
+                "creator id and the day (UTC day of event time), or run the batch with payouts first"
+            )
+        run = get_run(store, row.run_id)
+        videos = catalog(store)
+    if run is None:  # the ledger's foreign key makes this a damaged store
+        raise StoreError(f"ledger row {row.id} names run {row.run_id!r}, which batch_runs does not hold")
+    cutoff = run.cutoff
+    paid = {v.video_id for v in videos.values() if v.creator_id == creator_id and v.monetized}
+    derived = derive(settings.raw_dir, cutoff, day, paid)
+    log_digest = ids_digest(derived.ids)
+    log_amount = payout_amount(len(derived.ids), row.rate_per_1000)
+    differences = _file_differences(settings.raw_dir, row.input_files, derived.files)
+    if len(derived.ids) != row.monetizable_views:
+        differences.append(f"views {row.monetizable_views} != {len(derived.ids)} (ledger != raw log)")
+    if log_amount != row.amount:
+        differences.append(f"amount {row.amount} != {log_amount} {row.currency} (ledger != raw log)")
+    if log_digest != row.counted_ids_digest:
+        differences.append(_id_differences(settings, row, derived))
+    return AuditReport(
+        creator_id=creator_id,
+        day=day,
+        run_id=row.run_id,
+        cutoff=cutoff,
+        rules_version=row.rules_version,
+        currency=row.currency,
+        ledger_views=row.monetizable_views,
+        log_views=len(derived.ids),
+        ledger_amount=row.amount,
+        log_amount=log_amount,
+        ledger_digest=row.counted_ids_digest,
+        log_digest=log_digest,
+        differences=tuple(differences),
+        notes=tuple(_notes(settings, row)),
+    )
+
+
+def _notes(settings: Settings, row: LedgerRow) -> Iterator[str]:
+    if row.rules_version != RULES_VERSION:
+        yield f"the ledger used rules {row.rules_version}, this audit counts with rules {RULES_VERSION}"
+    if row.rate_per_1000 != settings.payout_rate_per_1000_views:
+        yield (
+            f"the ledger's rate {row.rate_per_1000} per 1000 views differs from the current setting "
+            f"{settings.payout_rate_per_1000_views}; the audit uses the ledger's"
+        )
+
+
+def _file_differences(raw_dir: Path, recorded: dict[str, str], found: frozenset[str]) -> list[str]:
+    differences = []
+    for path, sha in sorted(recorded.items()):
+        full = raw_dir / path
+        if not full.is_file():
+            differences.append(f"file {path} is missing (it held views of the day at the run)")
+            continue
+        now = file_digest(full)
+        if now != sha:
+            differences.append(f"file {path} changed (sha256 {sha[:12]}... != {now[:12]}...)")
+        elif path not in found:
+            differences.append(f"file {path} no longer holds a view of the day")
+    for path in sorted(found - set(recorded)):
+        differences.append(f"file {path} holds views of the day but was not an input of the run")
+    return differences
+
+
+def _named(ids: Iterable[str]) -> str:
+    listed = sorted(ids)
+    more = ", ..." if len(listed) > _SHOWN else ""
+    return f" ({', '.join(listed[:_SHOWN])}{more})" if listed else ""
+
+
+def _id_differences(settings: Settings, row: LedgerRow, derived: Derived) -> str:
+    """The counted ids that differ, named from the run's id list when the ledger digest vouches for it."""
+    recorded = _recorded_ids(settings, row)
+    if recorded is None:
+        return (
+            f"counted event ids differ (sha256 {row.counted_ids_digest[:12]}... != "
+            f"{ids_digest(derived.ids)[:12]}...); the run's id list is missing or altered, so they "
+            "cannot be named"
+        )
+    missing = set(recorded) - derived.ids
+    extra = derived.ids - set(recorded)
+    by_video = Counter(recorded[i] for i in missing) + Counter(derived.videos[i] for i in extra)
+    videos = ", ".join(f"{v}: {n}" for v, n in sorted(by_video.items())[:_SHOWN])
+    return (
+        f"event ids differ: {len(missing)} missing{_named(missing)}, {len(extra)} extra{_named(extra)}; "
+        f"by video {videos}"
+    )
+
+
+def _recorded_ids(settings: Settings, row: LedgerRow) -> dict[str, str] | None:
+    """The run's counted ids of (creator, day) -> video, if its id list exists and its digest holds."""
+    folder = payout_events_path(settings, row.run_id) / f"date={row.day.isoformat()}"
+    if not folder.is_dir():
+        return None
+    table = pq.read_table(folder, columns=["creator_id", "video_id", "event_id"])
+    table = table.filter(pc.equal(table["creator_id"], row.creator_id))
+    recorded = dict(zip(table["event_id"].to_pylist(), table["video_id"].to_pylist(), strict=True))
+    return recorded if ids_digest(recorded) == row.counted_ids_digest else None
+
+
+# --- re-deriving the counted views from the raw log ----------------------------------------------
+
+
+def derive(raw_dir: Path, cutoff: int, day: date, videos: set[str]) -> Derived:
+    """The counted views of `videos` with event time on `day`, from the log ingested before `cutoff`.
+
+    Two passes: the event ids with a copy of that day, then every copy of those ids (the first copy
+    of an id decides, whichever day its copies carry), deduplicated and judged by the oracle over
+    all of that day's views (bot windows span videos and creators, never days).
+    """
+    low = day_of_date(day) * rules.DAY_MS
+    high = low + rules.DAY_MS
+    ids: set[str] = set()
+    files: set[str] = set()
+    for path, table in _log_files(raw_dir, cutoff, ["event_id", "type", "ts", "ingest_ts"]):
+        of_day = table.filter(pc.and_(pc.greater_equal(table["ts"], low), pc.less(table["ts"], high)))
+        ids.update(of_day["event_id"].to_pylist())
+        if pc.any(pc.equal(of_day["type"], "view")).as_py():
+            files.add(path)
+    wanted = pa.array(sorted(ids), pa.string())
+    columns = [*EVENT_COLUMNS, "kafka_partition", "kafka_offset"]
+    rows = []
+    for _, table in _log_files(raw_dir, cutoff, columns):
+        rows += table.filter(pc.is_in(table["event_id"], value_set=wanted)).to_pylist()
+    # The batch breaks ties between copies ingested in the same millisecond by Kafka position.
+    rows.sort(key=lambda r: (r["ingest_ts"], r["kafka_partition"] or 0, r["kafka_offset"] or 0))
+    events = [Event(**{c: r[c] for c in EVENT_COLUMNS}) for r in rows]
+    counted = [e for e in oracle.counted_views(events, cutoff) if low <= e.ts < high and e.video_id in videos]
+    return Derived(
+        ids=frozenset(e.event_id for e in counted),
+        videos={e.event_id: e.video_id for e in counted},
+        files=frozenset(files),
+    )
+
+
+def _log_files(raw_dir: Path, cutoff: int, columns: list[str]) -> Iterator[tuple[str, pa.Table]]:
+    """Each raw Parquet file of a partition that can hold rows ingested before `cutoff`, with
+    those rows (the batch's `read_log` reads the same), as (path relative to raw_dir, rows)."""
+    last = datetime.fromtimestamp((cutoff - 1) / 1000, tz=UTC)
+    limit = (last.strftime("%Y-%m-%d"), last.strftime("%H"))
+    for path in sorted(raw_dir.rglob("*.parquet")) if raw_dir.is_dir() else []:
+        relative = path.relative_to(raw_dir)
+        if any(part.startswith((".", "_")) for part in relative.parts):
+            continue
+        partition = dict(part.split("=", 1) for part in relative.parts[:-1] if "=" in part)
+        key = tuple(partition.get(name) or "" for name in PARTITION_COLUMNS)
+        if "" in key or key > limit:
+            continue
+        table = pq.read_table(path, columns=columns, partitioning=None)
+        yield relative.as_posix(), table.filter(pc.less(table["ingest_ts"], cutoff))

@@ -1,0 +1,201 @@
+"""Creator payouts: per creator and UTC day of event time, the counted views of monetized videos
+times the rate, with the run, rules version, input files and a digest of the counted ids.
+
+"Day" is the UTC day of a view's event time `ts`, as in the batch layer's daily output. The amount
+is `views * rate_per_1000 / 1000` rounded to 6 decimal places half-to-even (exact whenever the rate
+has at most 3 decimal places).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from datetime import UTC, date, datetime, timedelta
+from decimal import ROUND_HALF_EVEN, Decimal, localcontext
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from py4j.protocol import Py4JError
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType
+
+from batch_layer.errors import BatchError
+from batch_layer.extract import read_log
+from batch_layer.session import build_session
+from batch_layer.transform import COUNTED, classify, floor_div
+from counting import rules
+from counting.catalog import CatalogRow
+from counting.rules import RULES_VERSION
+from counting.settings import Settings
+from warehouse.store import MONEY_PLACE, PayoutRow, RunRecord, catalog, open_store, write_ledger
+from warehouse.tables import file_digest
+
+PAYOUT_EVENTS = "payout_events"
+_FILE = "_input_file"
+_EPOCH = date(1970, 1, 1)
+
+
+def payout_amount(views: int, rate_per_1000: Decimal) -> Decimal:
+    """`views * rate / 1000`, rounded half-to-even to 6 decimal places (the ledger's precision)."""
+    with localcontext() as context:
+        context.prec = 60
+        return (Decimal(views) * rate_per_1000 / 1000).quantize(MONEY_PLACE, rounding=ROUND_HALF_EVEN)
+
+
+def payout_events_path(settings: Settings, run_id: str) -> Path:
+    """Where a run keeps its counted monetizable view ids (`date=YYYY-MM-DD/` partitions): the
+    detail an audit uses to name the ids that differ. The ledger's digest vouches for it."""
+    return settings.batch_dir / run_id / PAYOUT_EVENTS
+
+
+def day_of_date(day: date) -> int:
+    return (day - _EPOCH).days
+
+
+def date_of_day(day: int) -> date:
+    return _EPOCH + timedelta(days=day)
+
+
+def relative_file(uri: str, raw_dir: Path) -> str:
+    """A Spark input file URI as a path relative to the raw directory (posix separators)."""
+    path = Path(unquote(urlparse(uri).path))
+    return path.resolve().relative_to(raw_dir.resolve()).as_posix()
+
+
+def _monetized_frame(spark: SparkSession, videos: Iterable[CatalogRow]) -> DataFrame:
+    schema = StructType(
+        [StructField("video_id", StringType(), False), StructField("creator_id", StringType(), False)]
+    )
+    rows = [(v.video_id, v.creator_id) for v in videos if v.monetized]
+    return spark.createDataFrame(rows, schema)
+
+
+def _digest_column(ids: str) -> F.Column:
+    """`warehouse.tables.ids_digest` in Spark: sha256 over each sorted id's sha256 hex."""
+    hashed = F.transform(F.array_sort(F.collect_list(ids)), lambda x: F.sha2(x, 256))
+    return F.sha2(F.array_join(hashed, ""), 256)
+
+
+def _day_files(events: DataFrame, raw_dir: Path) -> dict[int, set[str]]:
+    """Per event-time day, the files holding a view of that day (the views that decide that day's
+    counted views: bot windows and view windows never cross a UTC day)."""
+    pairs = (
+        events.where(F.col("type") == "view")
+        .select(floor_div("ts", rules.DAY_MS).alias("day"), F.col(_FILE))
+        .distinct()
+        .collect()
+    )
+    files: dict[int, set[str]] = defaultdict(set)
+    for pair in pairs:
+        files[int(pair["day"])].add(relative_file(pair[_FILE], raw_dir))
+    return files
+
+
+def compute_payouts(
+    spark: SparkSession,
+    settings: Settings,
+    run_id: str,
+    cutoff: int,
+    videos: Iterable[CatalogRow] | Mapping[str, CatalogRow],
+) -> list[PayoutRow]:
+    """The payout rows of every (creator, day) with monetizable views in the log ingested before
+    `cutoff`, by day then creator. Also (over)writes the run's counted ids at `payout_events_path`."""
+    listed = list(videos.values()) if isinstance(videos, Mapping) else list(videos)
+    events = read_log(spark, settings.raw_dir, cutoff).withColumn(_FILE, F.input_file_name()).cache()
+    try:
+        counted = (
+            classify(events)
+            .where(F.col("outcome") == COUNTED)
+            .join(F.broadcast(_monetized_frame(spark, listed)), "video_id")
+            .select("creator_id", "day", "video_id", "event_id")
+            .cache()
+        )
+        try:
+            detail = counted.withColumn("date", F.date_from_unix_date(F.col("day").cast("int"))).drop("day")
+            detail.write.mode("overwrite").partitionBy("date").parquet(
+                str(payout_events_path(settings, run_id))
+            )
+            figures = (
+                counted.groupBy("creator_id", "day")
+                .agg(F.count(F.lit(1)).alias("views"), _digest_column("event_id").alias("digest"))
+                .collect()
+            )
+        finally:
+            counted.unpersist()
+        day_files = _day_files(events, settings.raw_dir)
+    finally:
+        events.unpersist()
+    digests = {path: file_digest(settings.raw_dir / path) for files in day_files.values() for path in files}
+    rate = settings.payout_rate_per_1000_views
+    rows = [
+        PayoutRow(
+            creator_id=figure["creator_id"],
+            day=date_of_day(int(figure["day"])),
+            run_id=run_id,
+            rules_version=RULES_VERSION,
+            monetizable_views=int(figure["views"]),
+            rate_per_1000=rate,
+            currency=settings.payout_currency,
+            amount=payout_amount(int(figure["views"]), rate),
+            input_files={path: digests[path] for path in sorted(day_files[int(figure["day"])])},
+            counted_ids_digest=figure["digest"],
+        )
+        for figure in figures
+    ]
+    return sorted(rows, key=lambda r: (r.day, r.creator_id))
+
+
+def write_payouts(
+    settings: Settings,
+    run_id: str,
+    cutoff: int,
+    rows: list[PayoutRow],
+    started_at: datetime | None = None,
+    events_read: int | None = None,
+) -> RunRecord:
+    """Record the run (succeeded) and replace its ledger rows by `rows`, in one transaction.
+
+    Idempotent: writing the same run again leaves one row per (creator, day). The store must be
+    migrated (`warehouse.migrate.migrate`) beforehand.
+    """
+    inputs = {path: sha for row in rows for path, sha in row.input_files.items()}
+    run = RunRecord(
+        run_id=run_id,
+        cutoff=cutoff,
+        rules_version=RULES_VERSION,
+        started_at=started_at or datetime.now(UTC),
+        finished_at=datetime.now(UTC),
+        status="succeeded",
+        events_read=events_read,
+        input_files=inputs,
+    )
+    with open_store(settings.store_url) as store:
+        write_ledger(store, run, rows)
+    return run
+
+
+def run_payouts(
+    settings: Settings, run_id: str, cutoff: int, spark: SparkSession | None = None
+) -> list[PayoutRow]:
+    """Compute the payouts of a run from the log and the store's catalog, and write them.
+
+    The cutoff is the batch run's (already checked closed). Uses `spark` if given, else builds one.
+    """
+    started_at = datetime.now(UTC)
+    with open_store(settings.store_url) as store:
+        videos = catalog(store)
+    own_session = spark is None
+    session = spark if spark is not None else build_session(settings)
+    try:
+        rows = compute_payouts(session, settings, run_id, cutoff, videos)
+    except (PySparkException, Py4JError, OSError) as exc:
+        raise BatchError(
+            f"payouts of run {run_id!r} at cutoff {cutoff} failed, the ledger is unchanged: {exc}"
+        ) from exc
+    finally:
+        if own_session:
+            session.stop()
+    write_payouts(settings, run_id, cutoff, rows, started_at=started_at)
+    return rows

@@ -1,0 +1,1 @@
+"""Alembic migrations of the relational store (run through `warehouse.migrate.migrate`)."""

@@ -1,0 +1,1 @@
+"""Revisions of the relational store's schema, oldest first."""

@@ -1,0 +1,114 @@
+"""The relational store's tables (SQLAlchemy Core metadata) and the digests its ledger records."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator, TypeEngine
+
+AMOUNT_PLACES = 6
+_NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = sa.MetaData(naming_convention=_NAMING)
+
+
+class ExactDecimal(TypeDecorator[Decimal]):
+    """Money as an exact decimal: NUMERIC(20, 6) where the database has it, decimal text on SQLite
+    (whose NUMERIC affinity would turn it into a binary float)."""
+
+    impl = sa.Numeric(20, AMOUNT_PLACES, asdecimal=True)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "sqlite":
+            return dialect.type_descriptor(sa.String(40))
+        return dialect.type_descriptor(sa.Numeric(20, AMOUNT_PLACES, asdecimal=True))
+
+    def process_bind_param(self, value: Decimal | None, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        if not isinstance(value, Decimal):
+            raise TypeError(f"money must be a Decimal, never a float (got {value!r})")
+        exact = value.quantize(Decimal(1).scaleb(-AMOUNT_PLACES))
+        if exact != value:
+            raise ValueError(f"money is kept to {AMOUNT_PLACES} decimal places (got {value!r})")
+        return str(exact) if dialect.name == "sqlite" else exact
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> Decimal | None:
+        return None if value is None else Decimal(str(value))
+
+
+UtcDateTime = sa.DateTime(timezone=True)
+
+videos = sa.Table(
+    "videos",
+    metadata,
+    sa.Column("video_id", sa.String(64), primary_key=True),
+    sa.Column("creator_id", sa.String(64), nullable=False, index=True),
+    sa.Column("duration_secs", sa.Float, nullable=False),
+    sa.Column("monetized", sa.Boolean, nullable=False),
+)
+
+batch_runs = sa.Table(
+    "batch_runs",
+    metadata,
+    sa.Column("run_id", sa.String(128), primary_key=True),
+    sa.Column("cutoff", sa.BigInteger, nullable=False),
+    sa.Column("rules_version", sa.String(32), nullable=False),
+    sa.Column("started_at", UtcDateTime, nullable=False),
+    sa.Column("finished_at", UtcDateTime, nullable=True),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("events_read", sa.BigInteger, nullable=True),
+    sa.Column("input_files", sa.JSON, nullable=False),
+)
+
+payout_ledger = sa.Table(
+    "payout_ledger",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("creator_id", sa.String(64), nullable=False),
+    sa.Column("day", sa.Date, nullable=False),
+    sa.Column("run_id", sa.String(128), sa.ForeignKey("batch_runs.run_id"), nullable=False, index=True),
+    sa.Column("rules_version", sa.String(32), nullable=False),
+    sa.Column("monetizable_views", sa.BigInteger, nullable=False),
+    sa.Column("rate_per_1000", ExactDecimal, nullable=False),
+    sa.Column("currency", sa.String(3), nullable=False),
+    sa.Column("amount", ExactDecimal, nullable=False),
+    sa.Column("input_files", sa.JSON, nullable=False),
+    sa.Column("counted_ids_digest", sa.String(64), nullable=False),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+    sa.UniqueConstraint("creator_id", "day", "run_id"),
+    sa.Index("ix_payout_ledger_creator_day", "creator_id", "day"),
+)
+
+
+def ids_digest(event_ids: Iterable[str]) -> str:
+    """The ledger's `counted_ids_digest`: sha256 over the sha256 hex of each id, ids in sorted order.
+
+    Hashing each id first makes the digest unambiguous whatever characters the ids hold.
+    """
+    outer = hashlib.sha256()
+    for event_id in sorted(event_ids):
+        outer.update(hashlib.sha256(event_id.encode()).hexdigest().encode())
+    return outer.hexdigest()
+
+
+def file_digest(path: Path) -> str:
+    """The sha256 hex of a file's bytes, as the ledger's `input_files` records it."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
