@@ -155,7 +155,9 @@ def main() -> None:
         ingest = f"http://127.0.0.1:{settings.ingest_port}"
         base = f"http://127.0.0.1:{settings.serving_port}"
         print("loading 20,000 events through the ingest API …", flush=True)
-        sent = post_traffic(generate_items(20_000, 5_000.0, 1, 500, True), ingest, realtime=False)
+        sent = post_traffic(
+            generate_items(20_000, 5_000.0, 1, 500, True), ingest, settings.collector_key, realtime=False
+        )
         client = redis.Redis.from_url(settings.redis_url)
         wait_until(lambda: counter_caught_up(client, settings), 120, "the counter catching up")
         videos = sorted({e.video_id for e in sent.events})
@@ -164,7 +166,7 @@ def main() -> None:
             seed = 100
             while not stop.is_set():
                 seed += 1
-                post_traffic(generate_items(2_000, 1_000.0, seed, 500, False), ingest, realtime=True)
+                post_traffic(generate_items(2_000, 1_000.0, seed, 500, False), ingest, settings.collector_key)
 
         feeder = threading.Thread(target=background, daemon=True)
         feeder.start()

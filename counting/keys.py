@@ -81,6 +81,11 @@ def shards(video_id: str) -> str:
     return f"{PREFIX}:{video_tag(video_id)}:shards"
 
 
+def rate_window(scope: str, subject: str) -> str:
+    """Sorted set of the recent requests of one address or user (a sliding rate window)."""
+    return f"{PREFIX}:rate:{scope}:{{{subject}}}"
+
+
 def videos_index() -> str:
     """Set of every video the speed layer has seen."""
     return f"{PREFIX}:videos"

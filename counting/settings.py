@@ -35,7 +35,14 @@ class Settings(BaseSettings):
     archiver_flush_ms: int = Field(default=1_000, gt=0, description="longest an archiver batch waits")
     counter_flush_ms: int = Field(default=200, gt=0, description="longest a counter batch waits")
     faust_web_port: int = 6066
-    admin_key: str = "change-me"
+    admin_key: str = Field(default="change-me", description="X-Admin-Key of the admin routes")
+    collector_key: str = Field(
+        default="change-me-collector", description="X-Collector-Key of POST /v1/events"
+    )
+    user_token_secret: str = Field(default="change-me-token-secret", description="signs user tokens")
+    user_token_ttl_secs: int = Field(default=24 * 3600, gt=0)
+    rate_limit_ip_per_min: int = Field(default=600, gt=0, description="user-route requests per address")
+    rate_limit_user_per_min: int = Field(default=120, gt=0, description="user-route requests per user")
     serving_cache_ms: int = Field(
         default=1_000, ge=0, description="longest a served count may be cached (trending videos: a quarter)"
     )

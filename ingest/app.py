@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Header, Request
 from fastapi.responses import JSONResponse
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -15,8 +15,10 @@ from redis.exceptions import RedisError
 from counting.errors import InvalidEvent
 from counting.event import MAX_BODY_BYTES, event_from_dict, is_valid_video_id, parse_batch
 from counting.settings import Settings
-from ingest.errors import BrokerUnavailable
+from ingest.auth import Unauthorized, check_key, verify_token
+from ingest.errors import BrokerUnavailable, RateLimited
 from ingest.publisher import Publisher, now_ms
+from ingest.ratelimit import RateLimiter
 from ingest.reactions import ReactionState
 from ingest.routes import SINGLE_ROUTES
 
@@ -42,6 +44,18 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
     pub = publisher or Publisher(settings)
     redis = Redis.from_url(settings.redis_url, socket_timeout=1.0, socket_connect_timeout=1.0)
     reactions = ReactionState(redis)
+    limiter = RateLimiter(redis)
+
+    async def admit(request: Request, user_id: str) -> None:
+        """Per-address and per-user sliding-minute limits of the user routes."""
+        address = request.client.host if request.client else "unknown"
+        for scope, subject, limit in (
+            ("ip", address, settings.rate_limit_ip_per_min),
+            ("user", user_id, settings.rate_limit_user_per_min),
+        ):
+            wait_ms = await limiter.retry_after_ms(scope, subject, limit)
+            if wait_ms:
+                raise RateLimited(scope, limit, wait_ms)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -70,13 +84,27 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
         status = 413 if exc.field == "body" and "larger than" in exc.reason else 422
         return _error(status, [exc.as_dict()], accepted=0)
 
+    @app.exception_handler(Unauthorized)
+    async def _unauthorized(_: Request, exc: Unauthorized) -> JSONResponse:
+        return _error(401, [{"field": exc.field, "reason": exc.reason}], accepted=0)
+
+    @app.exception_handler(RateLimited)
+    async def _limited(_: Request, exc: RateLimited) -> JSONResponse:
+        response = _error(429, [{"field": exc.scope, "reason": str(exc)}], accepted=0)
+        response.headers["Retry-After"] = str(exc.retry_after_secs)
+        return response
+
     @app.exception_handler(BrokerUnavailable)
     async def _unavailable(_: Request, exc: BrokerUnavailable) -> JSONResponse:
         return _error(503, [{"field": "broker", "reason": str(exc)}], accepted=0)
 
     @app.post("/v1/events")
-    async def post_events(request: Request) -> JSONResponse:
-        """Accept a batch `{"events": [...]}`; valid events are written even when others are refused."""
+    async def post_events(
+        request: Request, x_collector_key: Annotated[str | None, Header()] = None
+    ) -> JSONResponse:
+        """Accept a batch `{"events": [...]}` from a trusted collector (`X-Collector-Key`); valid
+        events are written even when others are refused."""
+        check_key(x_collector_key, settings.collector_key, "x-collector-key")
         body = await _read_body(request)
         events, errors = parse_batch(body, now_ms())
         written, warnings = await write(events)
@@ -89,7 +117,11 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
         return JSONResponse(status_code=422 if errors else 202, content=content)
 
     def _single(event_type: str) -> Any:
-        async def handler(video_id: str, request: Request) -> JSONResponse:
+        async def handler(
+            video_id: str, request: Request, authorization: Annotated[str | None, Header()] = None
+        ) -> JSONResponse:
+            user_id = verify_token(settings.user_token_secret, authorization)
+            await admit(request, user_id)
             if not is_valid_video_id(video_id):
                 raise InvalidEvent("video_id", f"must match [A-Za-z0-9_-]{{1,64}} (got {video_id!r})")
             body = await _read_body(request)
@@ -102,7 +134,10 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
             for field in ("type", "video_id"):
                 if field in data:
                     raise InvalidEvent(field, "set by the route; leave it out of the body")
-            event = event_from_dict({**data, "type": event_type, "video_id": video_id}, now_ms())
+            if "user_id" in data:
+                raise InvalidEvent("user_id", "comes from the signed token; leave it out of the body")
+            fields = {**data, "type": event_type, "video_id": video_id, "user_id": user_id}
+            event = event_from_dict(fields, now_ms())
             written, warnings = await write([event])
             content = {"accepted": 1, "ingest_ts": written[0].ingest_ts, "warnings": warnings}
             return JSONResponse(status_code=202, content=content)

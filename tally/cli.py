@@ -114,7 +114,7 @@ def loadgen(
         truth = write_jsonl(items, out)
         console.print(f"wrote {len(items)} events to {out} and the ground truth to {truth}")
     if post is not None:
-        sent = post_with_progress(items, post, console)
+        sent = post_with_progress(items, post, _settings().collector_key, console)
         console.print(f"acknowledged {len(sent.events)} events, refused {len(sent.refused)}")
 
 
@@ -178,6 +178,19 @@ def audit_payout_command(
     report = audit_payout(settings, creator, day)
     console.print(report.render(), soft_wrap=True)
     raise typer.Exit(0 if report.matches else 1)
+
+
+@app.command()
+def token(
+    user: Annotated[str, typer.Option(help="the user id the token proves (1-64 characters)")],
+    ttl: Annotated[int, typer.Option(help="lifetime in seconds")] = 3600,
+) -> None:
+    """Print a signed user token for the single-event routes ('Authorization: Bearer <token>')."""
+    from ingest.auth import issue_token
+
+    if not 1 <= len(user) <= 64:
+        raise typer.BadParameter(f"must be 1-64 characters (got {len(user)})", param_hint="--user")
+    print(issue_token(_settings().user_token_secret, user, ttl))
 
 
 def _parse_cutoff(text: str) -> int:

@@ -52,7 +52,7 @@ def _run(settings: Settings, stack: Stack, seconds: int, rate: float, console: C
     items = generate_items(events=int(seconds * rate), rate=rate, seed=11, videos=40, bots=True)
     console.print(f"sending {len(items)} generated events (humans and labelled bots) for ~{seconds} s")
     ingest_url = f"http://{settings.ingest_host}:{settings.ingest_port}"
-    sent = post_with_progress(items, ingest_url, console)
+    sent = post_with_progress(items, ingest_url, settings.collector_key, console)
     console.print(f"acknowledged {len(sent.events)} events, refused {len(sent.refused)}")
 
     client = redis.Redis.from_url(settings.redis_url)

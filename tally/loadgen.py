@@ -38,6 +38,7 @@ class Sent:
 def post_traffic(
     items: Iterable[Item],
     ingest_url: str,
+    collector_key: str,
     batch_size: int = 200,
     realtime: bool = True,
     on_progress: Callable[[int], None] | None = None,
@@ -51,7 +52,8 @@ def post_traffic(
     sent = Sent()
     started = time.monotonic()
     pending: list[Item] = []
-    with httpx.Client(base_url=ingest_url, timeout=timeout) as client:
+    headers = {"x-collector-key": collector_key}
+    with httpx.Client(base_url=ingest_url, timeout=timeout, headers=headers) as client:
 
         def flush() -> None:
             body = {"events": [item.event for item in pending]}
@@ -60,6 +62,8 @@ def post_traffic(
                     response = client.post("/v1/events", json=body)
                 except httpx.TransportError:
                     response = None
+                if response is not None and response.status_code in (401, 413):
+                    raise RuntimeError(f"the ingest API refused the batch: {response.text}")
                 if response is not None and response.status_code < 500:
                     break
                 time.sleep(min(0.2 * 2**attempt, 5.0))

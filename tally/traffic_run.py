@@ -41,7 +41,7 @@ def write_jsonl(items: list[Generated], out: Path) -> Path:
     return truth_path(out)
 
 
-def post_with_progress(items: list[Generated], ingest_url: str, console: Console) -> Sent:
+def post_with_progress(items: list[Generated], ingest_url: str, collector_key: str, console: Console) -> Sent:
     """Post the items at their pace with a progress bar."""
     columns: list[Any] = [
         TextColumn("[bold]sending"),
@@ -52,7 +52,7 @@ def post_with_progress(items: list[Generated], ingest_url: str, console: Console
     ]
     with Progress(*columns, console=console) as progress:
         task = progress.add_task("send", total=len(items))
-        return post_traffic(items, ingest_url, on_progress=lambda n: progress.advance(task, n))
+        return post_traffic(items, ingest_url, collector_key, on_progress=lambda n: progress.advance(task, n))
 
 
 def closed_cutoff(settings: Settings) -> int:

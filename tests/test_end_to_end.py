@@ -23,7 +23,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 def _send(settings: Settings, seed: int, events: int, bots: bool) -> Sent:
     items = generate_items(events=events, rate=1_500.0, seed=seed, videos=25, bots=bots)
-    return post_traffic(items, f"http://127.0.0.1:{settings.ingest_port}", batch_size=100)
+    return post_traffic(
+        items, f"http://127.0.0.1:{settings.ingest_port}", settings.collector_key, batch_size=100
+    )
 
 
 def _served(settings: Settings, videos: list[str]) -> dict[str, tuple[int, int, int, int]]:

@@ -50,7 +50,8 @@ def _views(session: str, count: int) -> dict[str, object]:
 def test_live_counter_changes_when_events_arrive(stack: Stack, stack_settings: Settings) -> None:
     ingest = f"http://127.0.0.1:{stack_settings.ingest_port}"
     serving = f"http://127.0.0.1:{stack_settings.serving_port}"
-    assert httpx.post(f"{ingest}/v1/events", json=_views("first", 3)).status_code == 202
+    collector = {"x-collector-key": stack_settings.collector_key}
+    assert httpx.post(f"{ingest}/v1/events", json=_views("first", 3), headers=collector).status_code == 202
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
@@ -60,7 +61,9 @@ def test_live_counter_changes_when_events_arrive(stack: Stack, stack_settings: S
         page.wait_for_function("document.getElementById('views').textContent === '3'", timeout=30_000)
         assert counter.inner_text() == "3"
 
-        assert httpx.post(f"{ingest}/v1/events", json=_views("second", 4)).status_code == 202
+        assert (
+            httpx.post(f"{ingest}/v1/events", json=_views("second", 4), headers=collector).status_code == 202
+        )
         page.wait_for_function("document.getElementById('views').textContent === '7'", timeout=30_000)
         assert page.locator("#status").inner_text() == "live"
 

@@ -15,6 +15,7 @@ from counting.event import Event
 from counting.settings import Settings
 from counting.wire import decode_events
 from ingest.app import create_app
+from ingest.auth import issue_token
 from tally.topics import ensure_topics
 
 pytestmark = pytest.mark.integration
@@ -44,8 +45,14 @@ def ingest_settings(settings: Settings, broker: str) -> Settings:
 
 @pytest.fixture
 def client(ingest_settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(ingest_settings)) as test_client:
+    """A trusted collector: its requests carry the collector key."""
+    headers = {"x-collector-key": ingest_settings.collector_key}
+    with TestClient(create_app(ingest_settings), headers=headers) as test_client:
         yield test_client
+
+
+def _as_user(settings: Settings, user_id: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {issue_token(settings.user_token_secret, user_id, 600)}"}
 
 
 def _read_topic(settings: Settings, expected: int, timeout: float = 15.0) -> list[Event]:
@@ -90,35 +97,36 @@ def test_all_valid_batch_is_202(client: TestClient, ingest_settings: Settings) -
     assert len(_read_topic(ingest_settings, 20)) == 20
 
 
-def test_single_like_route_sets_type_and_video(client: TestClient, ingest_settings: Settings) -> None:
-    response = client.post("/v1/videos/abc/like", json={"event_id": "l1", "user_id": "u1", "ts": _now()})
+def test_single_like_route_sets_type_video_and_user(client: TestClient, ingest_settings: Settings) -> None:
+    user = _as_user(ingest_settings, "u1")
+    response = client.post("/v1/videos/abc/like", json={"event_id": "l1", "ts": _now()}, headers=user)
     assert response.status_code == 202
     response = client.request(
-        "DELETE", "/v1/videos/abc/like", json={"event_id": "l2", "user_id": "u1", "ts": _now()}
+        "DELETE", "/v1/videos/abc/like", json={"event_id": "l2", "ts": _now()}, headers=user
     )
     assert response.status_code == 202
     written = _read_topic(ingest_settings, 2)
-    assert sorted((e.event_id, e.type, e.video_id) for e in written) == [
-        ("l1", "like", "abc"),
-        ("l2", "unlike", "abc"),
+    assert sorted((e.event_id, e.type, e.video_id, e.user_id) for e in written) == [
+        ("l1", "like", "abc", "u1"),
+        ("l2", "unlike", "abc", "u1"),
     ]
 
 
 @pytest.mark.parametrize(
     ("path", "body", "field"),
     [
-        ("/v1/videos/abc/like", {"event_id": "x", "ts": 1}, "user_id"),
+        ("/v1/videos/abc/like", {"event_id": "x", "ts": 1, "user_id": "someone-else"}, "user_id"),
         ("/v1/videos/abc/view", {"event_id": "x", "ts": 0, "session_id": "s"}, "ts"),
         ("/v1/videos/abc/view", {"event_id": "x", "type": "like"}, "type"),
         ("/v1/videos/a%20b/heartbeat", {"event_id": "x", "session_id": "s"}, "video_id"),
     ],
 )
 def test_single_routes_refuse_with_the_field(
-    client: TestClient, path: str, body: dict[str, object], field: str
+    client: TestClient, ingest_settings: Settings, path: str, body: dict[str, object], field: str
 ) -> None:
     if field == "user_id":
         body = {**body, "ts": _now()}
-    response = client.post(path, json=body)
+    response = client.post(path, json=body, headers=_as_user(ingest_settings, "u1"))
     assert response.status_code == 422
     assert response.json()["errors"][0]["field"] == field
 
@@ -134,16 +142,78 @@ def test_malformed_and_oversized_bodies(client: TestClient) -> None:
 
 
 def test_acknowledged_reactions_are_recorded_latest_wins(
-    client: TestClient, redis_client: redis.Redis
+    client: TestClient, ingest_settings: Settings, redis_client: redis.Redis
 ) -> None:
     now = _now()
-    like = {"event_id": "r2", "user_id": "u9", "ts": now}
-    older_unlike = {"event_id": "r1", "user_id": "u9", "ts": now - 1_000}
-    assert client.post("/v1/videos/clip/like", json=like).status_code == 202
-    assert client.request("DELETE", "/v1/videos/clip/like", json=older_unlike).status_code == 202
+    user = _as_user(ingest_settings, "u9")
+    like = {"event_id": "r2", "ts": now}
+    older_unlike = {"event_id": "r1", "ts": now - 1_000}
+    assert client.post("/v1/videos/clip/like", json=like, headers=user).status_code == 202
+    assert (
+        client.request("DELETE", "/v1/videos/clip/like", json=older_unlike, headers=user).status_code == 202
+    )
 
     assert redis_client.hget(keys.user_reactions("clip"), "u9") == f"{now}|r2|liked".encode()
 
-    newer_unlike = {"event_id": "r3", "user_id": "u9", "ts": now + 1}
-    assert client.request("DELETE", "/v1/videos/clip/like", json=newer_unlike).status_code == 202
+    newer_unlike = {"event_id": "r3", "ts": now + 1}
+    assert (
+        client.request("DELETE", "/v1/videos/clip/like", json=newer_unlike, headers=user).status_code == 202
+    )
     assert redis_client.hget(keys.user_reactions("clip"), "u9") == f"{now + 1}|r3|none".encode()
+
+
+def test_batch_route_needs_the_collector_key(ingest_settings: Settings) -> None:
+    with TestClient(create_app(ingest_settings)) as anonymous:
+        answer = anonymous.post("/v1/events", json={"events": [_view("k1")]})
+        assert (answer.status_code, answer.json()["errors"][0]["field"]) == (401, "x-collector-key")
+        wrong = anonymous.post(
+            "/v1/events", json={"events": [_view("k1")]}, headers={"x-collector-key": "no"}
+        )
+        assert wrong.status_code == 401
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [None, "Basic abc", "Bearer nonsense", "Bearer v1.dTE.99999999999.forged"],
+)
+def test_user_routes_need_a_valid_token(client: TestClient, authorization: str | None) -> None:
+    headers = {"authorization": authorization} if authorization else {}
+    answer = client.post("/v1/videos/abc/like", json={"event_id": "t", "ts": _now()}, headers=headers)
+    assert (answer.status_code, answer.json()["errors"][0]["field"]) == (401, "authorization")
+
+
+def test_expired_token_is_refused(client: TestClient, ingest_settings: Settings) -> None:
+    token = issue_token(ingest_settings.user_token_secret, "u1", 60, now=1_000.0)
+    answer = client.post(
+        "/v1/videos/abc/like",
+        json={"event_id": "t", "ts": _now()},
+        headers={"authorization": f"Bearer {token}"},
+    )
+    assert answer.status_code == 401
+    assert "expired" in answer.json()["errors"][0]["reason"]
+
+
+def test_per_user_rate_limit_answers_429_with_retry_after(ingest_settings: Settings) -> None:
+    limited = ingest_settings.model_copy(update={"rate_limit_user_per_min": 3})
+    user = _as_user(limited, "busy")
+    with TestClient(create_app(limited)) as client:
+        statuses = [
+            client.post(
+                "/v1/videos/abc/heartbeat",
+                json={"event_id": f"h{i}", "ts": _now(), "session_id": "s"},
+                headers=user,
+            ).status_code
+            for i in range(5)
+        ]
+        assert statuses == [202, 202, 202, 429, 429]
+        answer = client.post(
+            "/v1/videos/abc/heartbeat", json={"event_id": "h9", "ts": _now(), "session_id": "s"}, headers=user
+        )
+        assert 1 <= int(answer.headers["retry-after"]) <= 60
+        assert answer.json()["errors"][0]["field"] == "user"
+        other = client.post(
+            "/v1/videos/abc/heartbeat",
+            json={"event_id": "o1", "ts": _now(), "session_id": "s"},
+            headers=_as_user(limited, "calm"),
+        )
+        assert other.status_code == 202

@@ -88,3 +88,11 @@ def test_audit_refuses_a_bad_date(tmp_path: Path) -> None:
     result = runner.invoke(app, ["audit", "payout", "--creator", "c1", "--date", "11/01/2026"])
     assert result.exit_code != 0
     assert "11/01/2026" in result.output
+
+
+def test_token_is_accepted_by_the_verifier() -> None:
+    from ingest.auth import verify_token
+
+    result = runner.invoke(app, ["token", "--user", "alice", "--ttl", "60"])
+    assert result.exit_code == 0, result.output
+    assert verify_token(Settings().user_token_secret, f"Bearer {result.output.strip()}") == "alice"
