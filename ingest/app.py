@@ -21,6 +21,7 @@ from ingest.publisher import Publisher, now_ms
 from ingest.ratelimit import RateLimiter
 from ingest.reactions import ReactionState
 from ingest.routes import SINGLE_ROUTES
+from ingest.schemas import ANSWERS, batch_body, single_body
 
 
 def _error(status: int, errors: list[dict[str, Any]], **extra: Any) -> JSONResponse:
@@ -77,7 +78,12 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
             ]
         return written, []
 
-    app = FastAPI(title="Tally ingest API", version="0.1.0", lifespan=lifespan)
+    app = FastAPI(
+        title="Tally ingest API",
+        version="0.1.0",
+        description="Writes of views, reactions and heartbeats; answers after the broker acknowledged.",
+        lifespan=lifespan,
+    )
 
     @app.exception_handler(InvalidEvent)
     async def _invalid(_: Request, exc: InvalidEvent) -> JSONResponse:
@@ -98,7 +104,7 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
     async def _unavailable(_: Request, exc: BrokerUnavailable) -> JSONResponse:
         return _error(503, [{"field": "broker", "reason": str(exc)}], accepted=0)
 
-    @app.post("/v1/events")
+    @app.post("/v1/events", status_code=202, responses=ANSWERS, openapi_extra=batch_body())
     async def post_events(
         request: Request, x_collector_key: Annotated[str | None, Header()] = None
     ) -> JSONResponse:
@@ -145,7 +151,15 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
         return handler
 
     for method, path, event_type in SINGLE_ROUTES:
-        app.add_api_route(path, _single(event_type), methods=[method], status_code=202)
+        app.add_api_route(
+            path,
+            _single(event_type),
+            methods=[method],
+            status_code=202,
+            responses=ANSWERS,
+            openapi_extra=single_body(),
+            summary=f"{method} one {event_type} event",
+        )
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

@@ -23,6 +23,7 @@ from serving_layer.cache import ReadCache
 from serving_layer.errors import StoreUnavailable
 from serving_layer.live import live_stream
 from serving_layer.metrics import instrument
+from serving_layer.schemas import ERRORS
 from serving_layer.stats import REDIS_ERRORS, StatsReader, now_ms
 from serving_layer.timeseries import MAX_BUCKETS, read_series
 from serving_layer.trending import top_videos
@@ -66,6 +67,7 @@ def create_app(settings: Settings) -> FastAPI:
         version="0.1.0",
         description="Views, likes and unique viewers: the batch baseline plus the speed layer's deltas.",
         lifespan=lifespan,
+        responses=ERRORS,
     )
     instrument(app)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

@@ -1,0 +1,67 @@
+"""The ingest API's OpenAPI description: request bodies from the event model, answers as models."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from pydantic import BaseModel, Field
+
+from counting.event import Event
+
+
+class FieldError(BaseModel):
+    """What was refused and why; `index` is the event's place in a batch."""
+
+    field: str
+    reason: str
+    index: int | None = None
+
+
+class WriteAnswer(BaseModel):
+    """The answer of every write route."""
+
+    accepted: int = Field(description="events written and acknowledged by the broker")
+    ingest_ts: int | None = Field(default=None, description="the server's ingestion time of this request")
+    errors: list[FieldError] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+
+
+def _event_schema(leave_out: set[str]) -> dict[str, Any]:
+    schema = msgspec.json.schema(Event)["$defs"]["Event"]
+    properties = {k: v for k, v in schema["properties"].items() if k not in leave_out}
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": [f for f in schema.get("required", []) if f not in leave_out],
+        "additionalProperties": False,
+    }
+
+
+def batch_body() -> dict[str, Any]:
+    events = {"type": "array", "items": _event_schema({"ingest_ts"})}
+    schema = {
+        "type": "object",
+        "properties": {"events": events},
+        "required": ["events"],
+        "additionalProperties": False,
+    }
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+def single_body() -> dict[str, Any]:
+    schema = _event_schema({"ingest_ts", "type", "video_id", "user_id"})
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+ANSWERS: dict[int | str, dict[str, Any]] = {
+    status: {"model": WriteAnswer, "description": text}
+    for status, text in {
+        202: "accepted and acknowledged by the broker",
+        401: "missing or wrong credentials",
+        413: "body over the size limit",
+        422: "refused events, each naming its field and reason (valid events of a batch are still written)",
+        429: "rate limited; see Retry-After",
+        503: "the broker did not acknowledge: nothing was acknowledged, retry",
+    }.items()
+}
