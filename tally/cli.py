@@ -193,6 +193,17 @@ def token(
     print(issue_token(_settings().user_token_secret, user, ttl))
 
 
+@app.command()
+def airflow(
+    data_dir: DataDir = None,
+    port: Annotated[int, typer.Option(help="port of the Airflow UI")] = 8080,
+) -> None:
+    """Start Airflow locally (standalone) with Tally's DAGs and a metadata database under the data dir."""
+    from tally.airflow import run_airflow
+
+    raise typer.Exit(run_airflow(_settings(data_dir), port))
+
+
 def _parse_cutoff(text: str) -> int:
     if not text.isdigit():
         raise typer.BadParameter(f"must be milliseconds since the epoch or 'auto' (got {text!r})")

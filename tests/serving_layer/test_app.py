@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -13,40 +12,21 @@ from counting import keys
 from counting.settings import Settings
 from serving_layer.app import create_app
 from tally.services import free_port
-from warehouse.baseline import BaselineRow, publish_baseline, rows_table, write_table
+from tests.serving_layer.conftest import bucket_now, publish, put_speed
+from warehouse.baseline import BaselineRow
 
 pytestmark = pytest.mark.integration
-
-
-def _publish(settings: Settings, run_id: str, cutoff: int, rows: list[BaselineRow]) -> None:
-    write_table(settings.baselines_dir / run_id / "baseline.parquet", rows_table(rows))
-    publish_baseline(settings.baselines_dir, run_id, cutoff, "test", cutoff)
-
-
-def _bucket_now(settings: Settings) -> int:
-    return time.time_ns() // 1_000_000 // settings.bucket_ms
-
-
-def _speed(client: redis.Redis, video_id: str, bucket: int, **fields: int) -> None:
-    client.hset(keys.bucket_counts(video_id, bucket), mapping=fields)
-    client.zadd(keys.buckets_index(video_id), {str(bucket): bucket})
-
-
-@pytest.fixture
-def api(settings: Settings, redis_client: redis.Redis) -> Iterator[TestClient]:
-    with TestClient(create_app(settings)) as client:
-        yield client
 
 
 def test_served_is_baseline_plus_speed_buckets_from_the_cutoff(
     api: TestClient, settings: Settings, redis_client: redis.Redis
 ) -> None:
-    b = _bucket_now(settings)
+    b = bucket_now(settings)
     cutoff = b * settings.bucket_ms
-    _publish(settings, "r1", cutoff, [BaselineRow("v1", views=100, likes=7, unique_viewers=40)])
-    _speed(redis_client, "v1", b - 1, views=55, likes=3, uniques=20)  # before the cutoff: in the baseline
-    _speed(redis_client, "v1", b, views=5, likes=1, uniques=2)
-    _speed(
+    publish(settings, "r1", cutoff, [BaselineRow("v1", views=100, likes=7, unique_viewers=40)])
+    put_speed(redis_client, "v1", b - 1, views=55, likes=3, uniques=20)  # before the cutoff: in the baseline
+    put_speed(redis_client, "v1", b, views=5, likes=1, uniques=2)
+    put_speed(
         redis_client, "v1", b + 1, **{"views": 4, "dislikes": 2, "uniques": 1, "rejected:scripted_agent": 3}
     )
 
@@ -61,18 +41,18 @@ def test_served_is_baseline_plus_speed_buckets_from_the_cutoff(
 def test_new_baseline_moves_the_boundary(
     api: TestClient, settings: Settings, redis_client: redis.Redis
 ) -> None:
-    b = _bucket_now(settings)
-    _publish(settings, "r1", b * settings.bucket_ms, [BaselineRow("v1", views=100)])
-    _speed(redis_client, "v1", b, views=5)
-    _speed(redis_client, "v1", b + 1, views=4)
+    b = bucket_now(settings)
+    publish(settings, "r1", b * settings.bucket_ms, [BaselineRow("v1", views=100)])
+    put_speed(redis_client, "v1", b, views=5)
+    put_speed(redis_client, "v1", b + 1, views=4)
     assert api.get("/v1/videos/v1/stats").json()["views"] == 109
-    _publish(settings, "r2", (b + 1) * settings.bucket_ms, [BaselineRow("v1", views=105)])
+    publish(settings, "r2", (b + 1) * settings.bucket_ms, [BaselineRow("v1", views=105)])
     answer = api.get("/v1/videos/v1/stats").json()
     assert (answer["views"], answer["batch_cutoff"]) == (109, (b + 1) * settings.bucket_ms)
 
 
 def test_baseline_older_than_retention_is_flagged(api: TestClient, settings: Settings) -> None:
-    _publish(settings, "old", 10 * settings.bucket_ms, [BaselineRow("v1", views=3)])
+    publish(settings, "old", 10 * settings.bucket_ms, [BaselineRow("v1", views=3)])
     answer = api.get("/v1/videos/v1/stats").json()
     assert answer["approx"] is True
     assert "older than the speed retention" in answer["degraded"][0]
@@ -101,7 +81,7 @@ def test_redis_down_serves_the_baseline_marked_approx(settings: Settings) -> Non
     down = settings.model_copy(update={"redis_url": f"redis://127.0.0.1:{free_port()}/0"})
     with TestClient(create_app(down)) as api:
         assert api.get("/v1/videos/v1/stats").status_code == 503
-        _publish(down, "r1", _bucket_now(settings) * settings.bucket_ms, [BaselineRow("v1", views=100)])
+        publish(down, "r1", bucket_now(settings) * settings.bucket_ms, [BaselineRow("v1", views=100)])
         answer = api.get("/v1/videos/v1/stats")
         assert answer.status_code == 200
         assert answer.json()["views"] == 100

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
-
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import redis
 from fastapi.testclient import TestClient
@@ -14,43 +9,23 @@ from fastapi.testclient import TestClient
 from counting import keys
 from counting.settings import Settings
 from serving_layer.app import create_app
-from serving_layer.baselines import SERIES_DIR
 from tally.services import free_port
-from warehouse.baseline import BaselineRow, publish_baseline, rows_table, write_table
+from tests.serving_layer.conftest import bucket_now, publish
+from warehouse.baseline import BaselineRow
 
 pytestmark = pytest.mark.integration
-
-
-def _bucket_now(settings: Settings) -> int:
-    return time.time_ns() // 1_000_000 // settings.bucket_ms
-
-
-def _publish(
-    settings: Settings, run_id: str, cutoff: int, rows: list[BaselineRow], series: list[dict]
-) -> None:
-    write_table(settings.baselines_dir / run_id / "baseline.parquet", rows_table(rows))
-    folder = settings.batch_dir / run_id / SERIES_DIR
-    folder.mkdir(parents=True)
-    pq.write_table(pa.Table.from_pylist(series), folder / "part-0.parquet")
-    publish_baseline(settings.baselines_dir, run_id, cutoff, "test", cutoff)
-
-
-@pytest.fixture
-def api(settings: Settings, redis_client: redis.Redis) -> Iterator[TestClient]:
-    with TestClient(create_app(settings)) as client:
-        yield client
 
 
 def test_timeseries_merges_batch_buckets_and_speed_buckets(
     api: TestClient, settings: Settings, redis_client: redis.Redis
 ) -> None:
-    b = _bucket_now(settings)
+    b = bucket_now(settings)
     series = [
         {"video_id": "v1", "bucket": b - 3, "views": 7, "rejected": 2, "short_views": 1},
         {"video_id": "v1", "bucket": b - 1, "views": 4, "rejected": 0, "short_views": 0},
         {"video_id": "v2", "bucket": b - 1, "views": 99, "rejected": 0, "short_views": 0},
     ]
-    _publish(settings, "r1", b * settings.bucket_ms, [BaselineRow("v1", views=11)], series)
+    publish(settings, "r1", b * settings.bucket_ms, [BaselineRow("v1", views=11)], series)
     redis_client.hset(keys.bucket_counts("v1", b - 1), mapping={"views": 1000})  # before C: batch wins
     redis_client.hset(keys.bucket_counts("v1", b), mapping={"views": 5, "rejected:scripted_agent": 3})
 
@@ -79,7 +54,7 @@ def test_timeseries_refuses_bad_ranges_naming_the_field(api: TestClient, setting
 def test_trending_ranks_videos_over_the_window(
     api: TestClient, settings: Settings, redis_client: redis.Redis
 ) -> None:
-    b = _bucket_now(settings)
+    b = bucket_now(settings)
     redis_client.zadd(keys.trending(b), {"a": 5, "b": 3})
     redis_client.zadd(keys.trending(b - 1), {"b": 4, "c": 1})
     redis_client.zadd(keys.trending(b - 10), {"c": 100})  # outside a 5-bucket window, even if b rolls over
@@ -98,8 +73,8 @@ def test_admin_raw_needs_the_key(api: TestClient, settings: Settings) -> None:
 
 
 def test_live_pushes_the_counts(api: TestClient, redis_client: redis.Redis, settings: Settings) -> None:
-    redis_client.hset(keys.bucket_counts("v9", _bucket_now(settings)), mapping={"views": 3})
-    redis_client.zadd(keys.buckets_index("v9"), {str(_bucket_now(settings)): _bucket_now(settings)})
+    redis_client.hset(keys.bucket_counts("v9", bucket_now(settings)), mapping={"views": 3})
+    redis_client.zadd(keys.buckets_index("v9"), {str(bucket_now(settings)): bucket_now(settings)})
     with api.stream("GET", "/v1/videos/v9/live") as response:
         assert response.headers["content-type"].startswith("text/event-stream")
         lines = []

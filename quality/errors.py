@@ -1,0 +1,22 @@
+"""Errors of the data-quality gate: one base class, and the failed validation that stops a DAG."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from counting.errors import TallyError
+
+if TYPE_CHECKING:
+    from quality.report import ValidationReport
+
+
+class QualityError(TallyError):
+    """The data-quality gate could not run or refused the data."""
+
+
+class ValidationFailed(QualityError):
+    """A suite found bad data: nothing downstream of it (baseline, payouts) may use this data."""
+
+    def __init__(self, report: ValidationReport) -> None:
+        super().__init__(report.summary())
+        self.report = report
