@@ -20,18 +20,20 @@ def buckets_index(video_id: str) -> str:
     return f"{PREFIX}:{video_tag(video_id)}:buckets"
 
 
-def event_marker(video_id: str, event_id: str) -> str:
-    """Set once per event_id (per video): a retry finds it and counts nothing."""
-    return f"{PREFIX}:{video_tag(video_id)}:e:{event_id}"
+def event_markers(video_id: str, day: int) -> str:
+    """Hash event_id -> 1 of a video's counted events whose event time falls in `day`: a retry
+    (same id, same ts) finds its id there."""
+    return f"{PREFIX}:{video_tag(video_id)}:e:{day}"
 
 
-def window_marker(video_id: str, viewer: str, window: int) -> str:
-    """Set when a viewer's view in a 30-minute window has been counted."""
-    return f"{PREFIX}:{video_tag(video_id)}:w:{window}:{viewer}"
+def window_viewers(video_id: str, window: int) -> str:
+    """Hash viewer -> 1 of the viewers whose view of a video in a 30-minute window has counted."""
+    return f"{PREFIX}:{video_tag(video_id)}:w:{window}"
 
 
 def viewers(video_id: str) -> str:
-    """The set of viewers already counted for a video (exact in this version)."""
+    """The viewers counted for a video: a set of viewer digests below the exact limit, then a
+    HyperLogLog of them."""
     return f"{PREFIX}:{video_tag(video_id)}:viewers"
 
 
@@ -54,6 +56,11 @@ def presence(video_id: str) -> str:
 def partition_offset(topic: str, partition: int) -> str:
     """The last offset of a partition whose increments are in Redis (exactly-once bookkeeping)."""
     return f"{PREFIX}:offsets:{topic}:{partition}"
+
+
+def partition_owner(topic: str, partition: int) -> str:
+    """The generation of the counter that owns a partition now (raised on every assignment)."""
+    return f"{PREFIX}:offsets:{topic}:{partition}:owner"
 
 
 def archiver_watermark() -> str:

@@ -1,23 +1,91 @@
-"""Publish stamped events to the broker: one record per partition, answered after acks=all."""
+"""Publish stamped events to the broker: one record per partition, answered after acks=all.
+
+A hot video's events are keyed `video_id#k` (k below its shard count, which the speed layer keeps
+in Redis) so they spread over partitions and workers. k is a function of the viewer: all events of
+one viewer of a video (and every retry of an event) stay in one partition, in order, so dedup, the
+view window and "first seen" stay exact while the shard count holds.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections import defaultdict
+import zlib
 from collections.abc import Callable
 
+import redis.asyncio as aioredis
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
+from redis.exceptions import RedisError
 
+from counting import keys, rules
 from counting.event import Event, stamped
 from counting.settings import Settings
 from counting.wire import encode_events, partition_for, record_key
 from ingest.errors import BrokerUnavailable
 
+logger = logging.getLogger("tally.ingest")
+# How long a video's shard count is trusted before it is read again; how long Redis is left alone
+# after it failed to answer (ingest never waits on Redis for longer than its timeouts).
+SHARDS_TTL_S = 1.0
+REDIS_BACKOFF_S = 5.0
+REDIS_TIMEOUT_S = 0.2
+
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def shard_of(event: Event, shards: int) -> int:
+    """The shard of an event of a video with `shards` shards: by its viewer (the user, else the
+    anonymous session), so a viewer's events and an event's retries share a partition."""
+    if shards <= 1:
+        return 0
+    who = event.user_id if event.user_id is not None else f"{rules.ANON_VIEWER_PREFIX}{event.session_id}"
+    return zlib.crc32(who.encode()) % shards
+
+
+class ShardCounts:
+    """The shard counts of videos, read from Redis (`keys.shards`) and cached for SHARDS_TTL_S; a
+    video without one, or a Redis that does not answer, has one shard."""
+
+    def __init__(self, client: aioredis.Redis | None, clock: Callable[[], float] = time.monotonic) -> None:
+        self._client = client
+        self._clock = clock
+        self._cache: dict[str, tuple[int, float]] = {}
+        self._quiet_until = 0.0
+
+    async def of(self, videos: set[str]) -> dict[str, int]:
+        now = self._clock()
+        found: dict[str, int] = {}
+        stale: list[str] = []
+        for video in videos:
+            cached = self._cache.get(video)
+            if cached is not None and cached[1] > now:
+                found[video] = cached[0]
+            else:
+                stale.append(video)
+        if stale and self._client is not None and now >= self._quiet_until:
+            try:
+                values = await self._client.mget([keys.shards(v) for v in stale])
+            except (RedisError, OSError) as exc:
+                self._quiet_until = now + REDIS_BACKOFF_S
+                logger.warning("event=shards_unavailable error=%r retry_in_s=%s", exc, REDIS_BACKOFF_S)
+            else:
+                if len(self._cache) > 100_000:
+                    self._cache.clear()
+                for video, value in zip(stale, values, strict=True):
+                    count = max(1, int(value)) if value is not None else 1
+                    self._cache[video] = (count, now + SHARDS_TTL_S)
+                    found[video] = count
+        for video in stale:
+            found.setdefault(video, self._cache.get(video, (1, 0.0))[0])
+        return found
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
 
 
 class Publisher:
@@ -27,12 +95,21 @@ class Publisher:
     `ingest_ts`; the acknowledgements are awaited outside it.
     """
 
-    def __init__(self, settings: Settings, clock: Callable[[], int] = now_ms) -> None:
+    def __init__(
+        self, settings: Settings, clock: Callable[[], int] = now_ms, shards: ShardCounts | None = None
+    ) -> None:
         self._settings = settings
         self._clock = clock
         self._lock = asyncio.Lock()
         self._producer: AIOKafkaProducer | None = None
         self._partitions = 0
+        self._shards = shards or ShardCounts(
+            aioredis.Redis.from_url(
+                settings.redis_url,
+                socket_timeout=REDIS_TIMEOUT_S,
+                socket_connect_timeout=REDIS_TIMEOUT_S,
+            )
+        )
 
     async def start(self) -> None:
         producer = AIOKafkaProducer(
@@ -57,6 +134,7 @@ class Publisher:
         if self._producer is not None:
             await self._producer.stop()
             self._producer = None
+        await self._shards.close()
 
     async def _partition_count(self, producer: AIOKafkaProducer) -> int:
         if not self._partitions:
@@ -72,22 +150,21 @@ class Publisher:
         if producer is None:
             raise BrokerUnavailable("the ingest publisher is not started")
         timeout = self._settings.delivery_timeout_ms / 1000
+        shards = await self._shards.of({e.video_id for e in events})
         try:
             async with self._lock:
                 partitions = await asyncio.wait_for(self._partition_count(producer), timeout)
                 ingest_ts = self._clock()
                 written = [stamped(e, ingest_ts) for e in events]
-                grouped: dict[int, list[Event]] = defaultdict(list)
+                grouped: dict[int, tuple[bytes, list[Event]]] = {}
                 for event in written:
-                    grouped[partition_for(record_key(event.video_id), partitions)].append(event)
+                    key = record_key(event.video_id, shard_of(event, shards.get(event.video_id, 1)))
+                    grouped.setdefault(partition_for(key, partitions), (key, []))[1].append(event)
                 futures = [
                     await producer.send(
-                        self._settings.events_topic,
-                        value=encode_events(batch),
-                        key=record_key(batch[0].video_id),
-                        partition=partition,
+                        self._settings.events_topic, value=encode_events(batch), key=key, partition=partition
                     )
-                    for partition, batch in sorted(grouped.items())
+                    for partition, (key, batch) in sorted(grouped.items())
                 ]
             await asyncio.wait_for(asyncio.gather(*futures), timeout)
         except (KafkaError, TimeoutError) as exc:

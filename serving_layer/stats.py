@@ -77,7 +77,7 @@ class StatsReader:
             "batch_cutoff": baseline.cutoff if baseline else None,
             "batch_run_id": baseline.run_id if baseline else None,
             "rules_version": baseline.rules_version if baseline else rules.RULES_VERSION,
-            "approx": bool(degraded),
+            "approx": bool(degraded) or merged.approx,
             "degraded": degraded,
         }
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from speed_layer.archiver import ArchiveReport, ParquetLog, file_name, hour_dir
 from speed_layer.counter import CounterPlan, PartitionPlan, plan_batch
-from speed_layer.counter_worker import BatchReport, CounterWorker
+from speed_layer.counter_worker import BatchReport, CounterWorker, PlannedBatch
 from speed_layer.deadletter import DeadLetter, dead_letter_of
 from speed_layer.errors import PoisonRecord, SpeedLayerError
+from speed_layer.hot import HotVideos
 from speed_layer.records import Record, decode_record
 from speed_layer.redis_writer import RedisWriter, WriteResult
 from speed_layer.watermark import BrokerEndOffsets, Watermark
@@ -20,8 +21,10 @@ __all__ = [
     "CounterPlan",
     "CounterWorker",
     "DeadLetter",
+    "HotVideos",
     "ParquetLog",
     "PartitionPlan",
+    "PlannedBatch",
     "PoisonRecord",
     "Record",
     "RedisWriter",

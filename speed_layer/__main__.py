@@ -18,10 +18,16 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="consumer group (Faust app id); default tally-<worker>-<topic>. A new group replays the topic.",
     )
+    parser.add_argument(
+        "--session-timeout",
+        type=float,
+        default=10.0,
+        help="seconds before the broker hands a dead worker's partitions on (default 10)",
+    )
     args = parser.parse_args(argv)
     from counting.settings import Settings
 
-    sys.exit(run_worker(args.worker, Settings(), args.loglevel, args.group))
+    sys.exit(run_worker(args.worker, Settings(), args.loglevel, args.group, args.session_timeout))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from typing import Any, TypeVar, cast
@@ -13,20 +14,22 @@ from typing import Any, TypeVar, cast
 import faust
 import redis.asyncio as aioredis
 from faust.streams import Stream
-from faust.types import EventT, StreamT
+from faust.types import TP, EventT, StreamT
 from mode.types.signals import BaseSignalT
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from counting.settings import Settings
-from speed_layer import logs
+from speed_layer import logs, metrics
 from speed_layer.archiver import ParquetLog
-from speed_layer.counter_worker import CounterWorker
+from speed_layer.counter_worker import CounterWorker, PlannedBatch
 from speed_layer.deadletter import DeadLetter
 from speed_layer.records import Record
 from speed_layer.watermark import BrokerEndOffsets, Watermark
 
 MAX_COUNTER_RECORDS = 1_000
+# The longest the broker may hold the counter's fetch when it has nothing new (see _shorten_fetch_wait).
+COUNTER_FETCH_WAIT_MS = 100
 MAX_ARCHIVER_RECORDS = 5_000
 RETRY_MAX_S = 5.0
 T = TypeVar("T")
@@ -38,7 +41,14 @@ def app_id(worker: str, settings: Settings, group: str | None = None) -> str:
     return group or f"tally-{worker}-{settings.events_topic}"
 
 
-def _faust_app(worker: str, settings: Settings, group: str | None) -> faust.App:
+# Kafka's classic consumer default; a dead worker's partitions wait this long before a rebalance
+# hands them on (tests that kill workers use less).
+SESSION_TIMEOUT_S = 10.0
+
+
+def _faust_app(
+    worker: str, settings: Settings, group: str | None, session_timeout: float = SESSION_TIMEOUT_S
+) -> faust.App:
     name = app_id(worker, settings, group)
     datadir = settings.run_dir / "faust" / name
     datadir.parent.mkdir(parents=True, exist_ok=True)
@@ -54,7 +64,8 @@ def _faust_app(worker: str, settings: Settings, group: str | None) -> faust.App:
         producer_acks=-1,
         # Tansu holds a new group's first join for half the session timeout; 10 s (Kafka's classic
         # consumer default, heartbeats every 3 s) keeps a worker's start near 5 s instead of 30 s.
-        broker_session_timeout=10.0,
+        broker_session_timeout=session_timeout,
+        broker_heartbeat_interval=min(3.0, session_timeout / 3),
     )
 
 
@@ -100,10 +111,13 @@ class CrashSwitch:
 
 
 def create_counter_app(
-    settings: Settings, group: str | None = None, crash: OnCrash | None = None
+    settings: Settings,
+    group: str | None = None,
+    crash: OnCrash | None = None,
+    session_timeout: float = SESSION_TIMEOUT_S,
 ) -> faust.App:
     """The counter: events topic -> micro-batches -> one atomic Redis write per partition plan."""
-    app = _faust_app("counter", settings, group)
+    app = _faust_app("counter", settings, group, session_timeout)
     events_topic = app.topic(settings.events_topic, key_serializer="raw", value_serializer="raw")
     dead_letter_topic = app.topic(settings.dead_letter_topic, key_serializer="raw", value_serializer="raw")
     client = aioredis.Redis.from_url(settings.redis_url)
@@ -117,24 +131,85 @@ def create_counter_app(
     @app.agent(events_topic, name="count")
     async def count(stream: StreamT[bytes]) -> None:
         logs.info("counter_started", topic=settings.events_topic, redis=settings.redis_url)
+
+        reported: list[BaseException] = []
+
+        async def write_and_ack(batch: PlannedBatch, events: list[EventT]) -> None:
+            try:
+                report = await worker.write(batch)
+                fenced = report.fenced
+                for event in events:
+                    message = event.message
+                    if (message.topic, message.partition) not in fenced:
+                        await stream.ack(event)
+                _observe_lag(app, "counter", batch)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                # Stop here: no later batch may be written (its offsets would pass this one's).
+                reported.append(exc)
+                if crash is not None:
+                    crash("counter", exc)
+                raise
+
+        # One write in flight: the next micro-batch is planned while Redis runs the previous one;
+        # writes still reach Redis in order (each waits for the one before).
+        writing: asyncio.Future[None] | None = None
         try:
             async for events in _batches(stream, MAX_COUNTER_RECORDS, settings.counter_flush_ms):
-                await worker.handle([record_of(e) for e in events])
-                for event in events:
-                    await stream.ack(event)
+                batch = worker.plan([record_of(e) for e in events])
+                if writing is not None:
+                    await writing
+                writing = asyncio.ensure_future(write_and_ack(batch, events))
         except Exception as exc:
-            if crash is not None:
+            if crash is not None and exc not in reported:
                 crash("counter", exc)
             raise
+
+    @app.on_partitions_assigned.connect
+    async def on_assigned(sender: Any, /, *args: Any, signal: BaseSignalT[Any], **kwargs: Any) -> None:
+        _shorten_fetch_wait(app, min(COUNTER_FETCH_WAIT_MS, settings.counter_flush_ms))
+        assigned = args[0] if args else kwargs.get("assigned", set())
+        mine = sorted(tp.partition for tp in assigned if tp.topic == settings.events_topic)
+        await worker.claim(settings.events_topic, mine)
 
     return app
 
 
+def _shorten_fetch_wait(app: faust.App, wait_ms: int) -> None:
+    """Faust asks the broker to hold an empty fetch up to 1.5 s (fetch_max_wait_ms, fixed in its
+    aiokafka driver); Tansu holds it that long even when records arrive meanwhile, which alone
+    adds about 0.4 s (p50) to 0.75 s to the counter's freshness. Shorten it on the running consumer."""
+    aiokafka_consumer = getattr(getattr(app.consumer, "_thread", None), "_consumer", None)
+    fetcher = getattr(aiokafka_consumer, "_fetcher", None)
+    if fetcher is None or not hasattr(fetcher, "_fetch_max_wait_ms"):
+        logs.warning("fetch_wait_unchanged", reason="no aiokafka fetcher found", wait_ms=wait_ms)
+        return
+    fetcher._fetch_max_wait_ms = wait_ms
+
+
+def _observe_lag(app: faust.App, worker: str, batch: PlannedBatch) -> None:
+    """Set the lag gauge of the partitions of a stored batch (the broker's end minus what is stored)."""
+    consumer = app.consumer
+    for write in batch.plan.writes:
+        try:
+            end = consumer.highwater(TP(write.topic, write.partition))
+        except Exception:  # no fetch yet: nothing to report
+            continue
+        if end is not None:
+            metrics.LAG.labels(worker, write.topic, str(write.partition)).set(
+                max(0, end - write.last_offset - 1)
+            )
+
+
 def create_archiver_app(
-    settings: Settings, group: str | None = None, crash: OnCrash | None = None
+    settings: Settings,
+    group: str | None = None,
+    crash: OnCrash | None = None,
+    session_timeout: float = SESSION_TIMEOUT_S,
 ) -> faust.App:
     """The archiver: events topic -> Parquet log files, then Kafka commits; publishes the watermark."""
-    app = _faust_app("archiver", settings, group)
+    app = _faust_app("archiver", settings, group, session_timeout)
     events_topic = app.topic(settings.events_topic, key_serializer="raw", value_serializer="raw")
     client = aioredis.Redis.from_url(settings.redis_url)
     log = ParquetLog(settings.raw_dir, settings.events_topic)
@@ -152,7 +227,13 @@ def create_archiver_app(
         try:
             async for events in _batches(stream, MAX_ARCHIVER_RECORDS, settings.archiver_flush_ms):
                 records = [record_of(e) for e in events]
+                started = time.perf_counter()
                 report = await _retrying("write_log", partial(asyncio.to_thread, log.write, records))
+                metrics.FLUSH_SECONDS.labels("archiver").observe(time.perf_counter() - started)
+                metrics.RECORDS.labels("archiver").inc(len(records))
+                metrics.EVENTS.labels("archiver").inc(report.rows)
+                metrics.BATCH_RECORDS.labels("archiver").observe(len(records))
+                metrics.BATCH_EVENTS.labels("archiver").observe(report.rows)
                 await _retrying("record_positions", partial(watermark.record_positions, report.positions))
                 for event in events:
                     await stream.ack(event)
@@ -185,6 +266,7 @@ def create_archiver_app(
             logs.warning("watermark_failed", error=exc)
             return
         if value is not None:
+            metrics.WATERMARK.set(value)
             logs.info("watermark", topic=settings.events_topic, watermark_ms=value)
 
     return app

@@ -1,9 +1,18 @@
 """The counter's pure part: turn a micro-batch of records into per-partition Redis write plans,
-deciding every verdict with the rules of `counting/` (the Lua script only applies the plan)."""
+deciding every verdict with the rules of `counting/` (the Lua script only applies the plan).
+
+Planning is the counter's hot path: events are grouped per video (one entry per video and bucket
+for the counts, sketches and trending), keys are built once per video, day and window, the bot
+signals that need no window are cached per client and per address, and the plan is a few flat
+lists that msgpack encodes in one call.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
+from hashlib import blake2b
+from typing import cast
 
 import msgspec
 
@@ -11,40 +20,109 @@ from counting import bots, keys, rules
 from counting.event import MAX_AGE_MS, Event
 from counting.settings import Settings
 from speed_layer import script
+from speed_layer.addresses import is_datacenter_ip
 from speed_layer.errors import PoisonRecord
+from speed_layer.hot import HotVideos
 from speed_layer.records import Record, by_partition, decode_record
 from speed_layer.windows import ViewWindows
 
-# One script call stays short (Redis runs nothing else meanwhile): a plan is cut at a record
-# boundary once it holds this many operations; each piece commits its own offset.
-MAX_OPS_PER_SCRIPT = 20_000
+# One script call stays short (Redis runs nothing else meanwhile and reads wait: about 50-100 ms at
+# most on a 2-core machine; bigger plans share more per-video work, smaller ones block less): a plan
+# is cut at a record boundary once it holds this many events; each piece commits its own offset.
+MAX_EVENTS_PER_SCRIPT = 10_000
 # Presence older than this behind the newest heartbeat of a video is dropped by the write.
 PRESENCE_KEEP_MS = 10 * rules.PRESENCE_MS
+# A video keeps an exact set of its viewers up to this many; then a HyperLogLog (within 2 %).
+EXACT_VIEWERS_LIMIT = 10_000
+# An event marker lives a day past the last moment an event it guards can still be accepted.
+MARKER_HORIZON_MS = MAX_AGE_MS + rules.DAY_MS
 
 _encoder = msgspec.msgpack.Encoder()
+_VIEW, _SHORT, _REJECT, _REACTION = script.VIEW, script.SHORT, script.REJECT, script.REACTION
+_MIN_WATCH = rules.MIN_WATCH_SECS
+_WINDOW_MS = rules.VIEW_WINDOW_MS
+_ANON = rules.ANON_VIEWER_PREFIX
+_REACTION_STATE = rules.REACTION_STATE
+_DAY_MS = rules.DAY_MS
+
+
+owner_key = keys.partition_owner
+event_markers_key = keys.event_markers
+window_viewers_key = keys.window_viewers
+
+
+def viewer_digest(viewer: str) -> str:
+    """What the unique-viewer set and sketches hold for a viewer: 8 bytes of BLAKE2b in hex (even spread
+    for the HyperLogLog, a few bytes per viewer in the exact set)."""
+    return blake2b(viewer.encode(), digest_size=8).hexdigest()
+
+
+@lru_cache(maxsize=65_536)
+def _video_keys(video_id: str) -> tuple[str, str, str]:
+    """(viewers, reactions, presence) keys of a video."""
+    return keys.viewers(video_id), keys.reactions(video_id), keys.presence(video_id)
+
+
+@lru_cache(maxsize=65_536)
+def _client_signals(user_agent: str | None, ja3: str | None) -> tuple[bots.Signal, ...]:
+    """The signals a view shows by its client (scripted or headless agent, bad TLS fingerprint)."""
+    found = []
+    if bots.is_scripted_agent(user_agent):
+        found.append(bots.SCRIPTED_AGENT)
+    if bots.is_bad_ja3(ja3):
+        found.append(bots.BAD_TLS)
+    return tuple(found)
 
 
 @dataclass
 class PartitionPlan:
-    """One atomic write: the operations of consecutive records of one partition, and its KEYS."""
+    """One atomic write: the operations of consecutive records of one partition."""
 
     topic: str
     partition: int
     first_offset: int
     last_offset: int
-    keys: list[str]
-    ops: list[list[object]] = field(default_factory=list)
+    generation: int = 0
+    videos: list[list[object]] = field(default_factory=list)
     buckets: list[list[object]] = field(default_factory=list)
-    videos: list[str] = field(default_factory=list)
-    presence_trims: list[list[object]] = field(default_factory=list)
+    shards: list[list[object]] = field(default_factory=list)
+    markers: list[list[object]] = field(default_factory=list)
     records: int = 0
     events: int = 0
+    video_events: dict[str, int] = field(default_factory=dict)
+    rejected: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def keys(self) -> list[str]:
+        """The script's KEYS: the partition's stored offset and its owner generation."""
+        return [keys.partition_offset(self.topic, self.partition), owner_key(self.topic, self.partition)]
+
+    @property
+    def ops(self) -> list[list[object]]:
+        """Every operation of the plan, one list each, video after video (for tests and logs)."""
+        found: list[list[object]] = []
+        for video in self.videos:
+            flat = cast(list[object], video[6])
+            i = 0
+            while i < len(flat):
+                width = script.WIDTH[cast(int, flat[i])]
+                found.append(flat[i : i + width])
+                i += width
+        return found
 
     def script_arg(self) -> bytes:
         """The plan as the script's ARGV[1]."""
-        videos_index = self.keys.index(keys.videos_index()) + 1 if self.videos else 0
         return _encoder.encode(
-            [self.last_offset, self.ops, self.buckets, videos_index, self.videos, self.presence_trims]
+            [
+                self.last_offset,
+                self.generation,
+                EXACT_VIEWERS_LIMIT,
+                keys.videos_index(),
+                self.videos,
+                self.buckets,
+                self.shards,
+                self.markers,
+            ]
         )
 
 
@@ -54,112 +132,199 @@ class CounterPlan:
 
     writes: list[PartitionPlan]
     dead_letters: list[tuple[Record, PoisonRecord]]
+    hot: dict[str, int] = field(default_factory=dict)
 
     @property
     def events(self) -> int:
         return sum(w.events for w in self.writes)
 
 
+class _Video:
+    """The part of a plan about one video: its ops, heartbeats, buckets and marker hashes."""
+
+    __slots__ = ("buckets", "days", "events", "keys", "ops", "presence", "seen", "video_id", "windows")
+
+    def __init__(self, video_id: str) -> None:
+        self.video_id = video_id
+        self.keys = _video_keys(video_id)
+        self.ops: list[object] = []
+        self.presence: dict[str, int] = {}
+        self.buckets: dict[int, int] = {}
+        self.days: dict[int, int] = {}
+        self.windows: dict[int, int] = {}
+        self.seen: set[str] = set()
+        self.events = 0
+
+
 class _PlanBuilder:
-    """Accumulates the operations of one partition plan; keys are numbered as the script's KEYS."""
+    """Accumulates the operations of one partition plan."""
 
     def __init__(
-        self, topic: str, partition: int, first_offset: int, settings: Settings, now_ms: int
+        self,
+        topic: str,
+        partition: int,
+        first_offset: int,
+        settings: Settings,
+        now_ms: int,
+        generation: int,
+        trims: dict[str, int],
+        expiring: set[str],
     ) -> None:
-        self.plan = PartitionPlan(
-            topic, partition, first_offset, first_offset, [keys.partition_offset(topic, partition)]
-        )
-        self._index: dict[str, int] = {self.plan.keys[0]: 1}
-        self._buckets: dict[str, tuple[str, int]] = {}
-        self._videos: set[str] = set()
-        self._presence: dict[str, int] = {}
+        self.plan = PartitionPlan(topic, partition, first_offset, first_offset, generation)
+        self._expiring = expiring
+        self._videos: dict[str, _Video] = {}
         self._bucket_ms = settings.bucket_ms
         self._retention_ms = settings.retention_ms
         self._now_ms = now_ms
+        self._marker_floor = now_ms + rules.DAY_MS
+        self._trims = trims
 
-    def key(self, name: str) -> int:
-        index = self._index.get(name)
-        if index is None:
-            self.plan.keys.append(name)
-            index = self._index[name] = len(self.plan.keys)
+    def _bucket(self, video: _Video, bucket: int) -> int:
+        index = len(self.plan.buckets) + 1
+        expire_at = max((bucket + 1) * self._bucket_ms, self._now_ms) + self._retention_ms
+        video_id = video.video_id
+        counts = keys.bucket_counts(video_id, bucket)
+        sketch = keys.viewers_sketch(video_id, bucket)
+        known = self._expiring
+        self.plan.buckets.append(
+            [
+                counts,
+                keys.buckets_index(video_id),
+                bucket,
+                0 if counts in known else expire_at,
+                sketch,
+                keys.trending(bucket),
+                video_id,
+                video.keys[0],
+                0 if sketch in known else expire_at,
+                expire_at,
+            ]
+        )
+        video.buckets[bucket] = index
         return index
 
-    def bucket_key(self, event: Event) -> int:
-        assert event.ingest_ts is not None
-        bucket = rules.bucket_of(event.ingest_ts, self._bucket_ms)
-        name = keys.bucket_counts(event.video_id, bucket)
-        if name not in self._buckets:
-            self._buckets[name] = (event.video_id, bucket)
-        return self.key(name)
+    def _day(self, video: _Video, day: int) -> int:
+        expire_at = max((day + 1) * rules.DAY_MS - 1 + MARKER_HORIZON_MS, self._marker_floor)
+        key = event_markers_key(video.video_id, day)
+        self.plan.markers.append([key, 0 if key in self._expiring else expire_at])
+        index = video.days[day] = len(self.plan.markers)
+        return index
 
-    def expire_at(self, last_acceptable_ts: int) -> str:
-        """A marker's expiry: a day after the last moment an event it guards can still be accepted."""
-        return str(max(last_acceptable_ts + MAX_AGE_MS + rules.DAY_MS, self._now_ms + rules.DAY_MS))
+    def _window(self, video: _Video, window: int) -> int:
+        expire_at = max((window + 1) * _WINDOW_MS - 1 + MARKER_HORIZON_MS, self._marker_floor)
+        key = window_viewers_key(video.video_id, window)
+        self.plan.markers.append([key, 0 if key in self._expiring else expire_at])
+        index = video.windows[window] = len(self.plan.markers)
+        return index
 
-    def add(self, offset: int, event: Event, windows: ViewWindows, first_copy: bool) -> None:
-        self._videos.add(event.video_id)
-        self.plan.events += 1
-        if event.type == "heartbeat":
-            self._heartbeat(offset, event)
-            return
-        marker = self.key(keys.event_marker(event.video_id, event.event_id))
-        head: list[object] = [offset, 0, marker, self.expire_at(event.ts), self.bucket_key(event)]
-        if event.type == "view":
-            address_views, viewer_views = windows.observe(event, count=first_copy)
-            if not rules.is_qualified_view(event):
-                head[1] = script.SHORT
-                self.plan.ops.append(head)
-                return
-            reason = bots.rejection_reason(bots.signals(event, address_views, viewer_views))
-            if reason is not None:
-                head[1] = script.REJECT
-                self.plan.ops.append([*head, f"rejected:{reason}"])
-                return
-            viewer = rules.viewer_of(event)
-            window = rules.view_window_of(event.ts)
-            window_marker = self.key(keys.window_marker(event.video_id, viewer, window))
-            window_expire = self.expire_at((window + 1) * rules.VIEW_WINDOW_MS - 1)
-            head[1] = script.VIEW
-            self.plan.ops.append(
-                [*head, window_marker, window_expire, self.key(keys.viewers(event.video_id)), viewer]
-            )
-        elif event.type in rules.REACTION_STATE and event.user_id is not None:
-            head[1] = script.REACTION
-            self.plan.ops.append(
-                [
-                    *head,
-                    self.key(keys.reactions(event.video_id)),
-                    event.user_id,
-                    str(event.ts),
-                    event.event_id,
-                    rules.reaction_state(event.type),
-                ]
-            )
+    def add_record(self, offset: int, events: list[Event], windows: ViewWindows) -> None:
+        """Plan the events of one record (the hot loop of the counter)."""
+        videos = self._videos
+        bucket_ms = self._bucket_ms
+        observe = windows.observe_view
+        rejected = self.plan.rejected
+        for event in events:
+            video_id = event.video_id
+            video = videos.get(video_id)
+            if video is None:
+                video = videos[video_id] = _Video(video_id)
+            video.events += 1
+            kind = event.type
+            ingest_ts: int = event.ingest_ts  # type: ignore[assignment]  # decode_record checked it
+            if kind == "heartbeat":
+                session = event.session_id
+                if session is not None and ingest_ts > video.presence.get(session, -1):
+                    video.presence[session] = ingest_ts
+                continue
+            ts = event.ts
+            bucket = ingest_ts // bucket_ms
+            b = video.buckets.get(bucket) or self._bucket(video, bucket)
+            day = ts // _DAY_MS
+            m = video.days.get(day) or self._day(video, day)
+            event_id = event.event_id
+            ops = video.ops
+            if kind == "view":
+                user_id = event.user_id
+                viewer = user_id if user_id is not None else f"{_ANON}{event.session_id}"
+                first_copy = event_id not in video.seen
+                video.seen.add(event_id)
+                address_views, viewer_views = observe(event.ip, ts, video_id, viewer, first_copy)
+                watch = event.watch_secs
+                if watch is None or watch < _MIN_WATCH:
+                    ops.extend((_SHORT, offset, m, event_id, b))
+                    continue
+                reason = _rejection(event, watch, address_views, viewer_views)
+                if reason is not None:
+                    ops.extend((_REJECT, offset, m, event_id, b, reason))
+                    rejected[reason] = rejected.get(reason, 0) + 1
+                    continue
+                window = ts // _WINDOW_MS
+                w = video.windows.get(window) or self._window(video, window)
+                ops.extend((_VIEW, offset, m, event_id, b, w, viewer, viewer_digest(viewer)))
+            else:
+                state = _REACTION_STATE.get(kind)
+                user_id = event.user_id
+                if state is None or user_id is None:
+                    continue
+                ops.extend((_REACTION, offset, m, event_id, b, user_id, ts, state))
+        self.plan.records += 1
 
-    def _heartbeat(self, offset: int, event: Event) -> None:
-        if event.session_id is None or event.ingest_ts is None:
-            return
-        presence = keys.presence(event.video_id)
-        self.plan.ops.append(
-            [offset, script.HEARTBEAT, self.key(presence), event.session_id, str(event.ingest_ts)]
-        )
-        self._presence[presence] = max(self._presence.get(presence, 0), event.ingest_ts)
+    @property
+    def events(self) -> int:
+        return sum(v.events for v in self._videos.values())
 
     def finish(self, last_offset: int) -> PartitionPlan:
         plan = self.plan
         plan.last_offset = last_offset
-        for name, (video_id, bucket) in self._buckets.items():
-            expire_at = max((bucket + 1) * self._bucket_ms, self._now_ms) + self._retention_ms
-            plan.buckets.append(
-                [self.key(name), self.key(keys.buckets_index(video_id)), str(bucket), str(expire_at)]
-            )
-        plan.videos = sorted(self._videos)
-        if plan.videos:
-            self.key(keys.videos_index())
-        plan.presence_trims = [
-            [self.key(name), str(newest - PRESENCE_KEEP_MS)] for name, newest in self._presence.items()
-        ]
+        plan.events = self.events
+        plan.video_events = {video_id: video.events for video_id, video in self._videos.items()}
+        for video_id in sorted(self._videos):
+            video = self._videos[video_id]
+            viewers, reactions, presence = video.keys
+            beats: list[object] = []
+            newest = 0
+            for session, ingest_ts in video.presence.items():
+                beats.append(ingest_ts)
+                beats.append(session)
+                if ingest_ts > newest:
+                    newest = ingest_ts
+            trim_below = 0
+            if newest and newest - self._trims.get(video_id, 0) >= rules.PRESENCE_MS:
+                trim_below = newest - PRESENCE_KEEP_MS
+                self._trims[video_id] = newest
+            plan.videos.append([video_id, viewers, reactions, presence, trim_below, beats, video.ops])
         return plan
+
+
+_DATACENTER = (bots.DATACENTER_IP,)
+_WATCH_ANOMALY = (bots.WATCH_ANOMALY,)
+_VELOCITY = (bots.ADDRESS_VELOCITY,)
+_REPLAY = (bots.REPLAY_RATE,)
+_MAX_ADDRESS = bots.MAX_VIEWS_PER_ADDRESS_MINUTE
+_MAX_REPLAYS = bots.MAX_REPLAYS_PER_DAY
+
+
+def _rejection(event: Event, watch: float, address_views: int, viewer_views: int) -> str | None:
+    """The rejection field of a qualified view (`rejected:<reason>`), or None: the signals of
+    `counting.bots.signals`, with the window-free ones cached, scored by `counting.bots`."""
+    found = _client_signals(event.user_agent, event.ja3)
+    if event.ip is not None and is_datacenter_ip(event.ip):
+        found += _DATACENTER
+    if bots.is_watch_anomaly(watch, event.video_duration_secs):
+        found += _WATCH_ANOMALY
+    if address_views > _MAX_ADDRESS:
+        found += _VELOCITY
+    if viewer_views > _MAX_REPLAYS:
+        found += _REPLAY
+    if not found:
+        return None
+    reason = bots.rejection_reason(list(found))
+    return None if reason is None else _rejected_field(reason)
+
+
+@lru_cache(maxsize=64)
+def _rejected_field(reason: str) -> str:
+    return f"rejected:{reason}"
 
 
 def plan_batch(
@@ -167,31 +332,78 @@ def plan_batch(
     settings: Settings,
     windows: ViewWindows,
     now_ms: int,
-    max_ops: int = MAX_OPS_PER_SCRIPT,
+    max_events: int = MAX_EVENTS_PER_SCRIPT,
+    hot: HotVideos | None = None,
+    generations: dict[tuple[str, int], int] | None = None,
+    trims: dict[str, int] | None = None,
+    expiring: set[str] | None = None,
 ) -> CounterPlan:
     """Plan the Redis writes of a micro-batch: one plan per partition (more when it is large), each
-    covering every record of its offset range; records that cannot be decoded become dead letters."""
+    covering every record of its offset range; records that cannot be decoded become dead letters.
+    With `hot`, videos whose velocity passed the threshold get their shard count raised;
+    `generations` are the owner generations of the partitions this worker was assigned; `trims`
+    remembers when each video's presence was last trimmed (at most once a minute); `expiring` holds
+    the keys this worker already gave an expiry (see `remember_expiries`)."""
+    trims = {} if trims is None else trims
+    expiring = set() if expiring is None else expiring
     writes: list[PartitionPlan] = []
     dead_letters: list[tuple[Record, PoisonRecord]] = []
-    seen: set[tuple[str, str]] = set()
+    newest_ingest = 0
     for (topic, partition), group in by_partition(records).items():
+        generation = (generations or {}).get((topic, partition), 0)
         builder: _PlanBuilder | None = None
         for record in group:
             if builder is None:
-                builder = _PlanBuilder(topic, partition, record.offset, settings, now_ms)
-            builder.plan.records += 1
+                builder = _PlanBuilder(
+                    topic, partition, record.offset, settings, now_ms, generation, trims, expiring
+                )
             try:
                 events = decode_record(record.value)
             except PoisonRecord as exc:
                 dead_letters.append((record, exc))
                 events = []
-            for event in events:
-                identity = (event.video_id, event.event_id)
-                builder.add(record.offset, event, windows, first_copy=identity not in seen)
-                seen.add(identity)
-            if len(builder.plan.ops) >= max_ops:
+            builder.add_record(record.offset, events, windows)
+            if events and (events[-1].ingest_ts or 0) > newest_ingest:
+                newest_ingest = events[-1].ingest_ts or 0
+            if builder.events >= max_events:
                 writes.append(builder.finish(record.offset))
                 builder = None
         if builder is not None:
             writes.append(builder.finish(group[-1].offset))
-    return CounterPlan(writes, dead_letters)
+    raised: dict[str, int] = {}
+    if hot is not None and newest_ingest:
+        per_video: dict[str, int] = {}
+        for write in writes:
+            for video_id, n in write.video_events.items():
+                per_video[video_id] = per_video.get(video_id, 0) + n
+        raised = hot.observe(per_video, newest_ingest, now_ms)
+        _attach_shards(writes, raised, hot)
+    return CounterPlan(writes, dead_letters, raised)
+
+
+def _attach_shards(writes: list[PartitionPlan], wanted: dict[str, int], hot: HotVideos) -> None:
+    """Put each shard-count update in the last write of the batch (one write is enough: the script
+    only ever raises the count)."""
+    if not writes or not wanted:
+        return
+    writes[-1].shards.extend(
+        [keys.shards(video), count, hot.ttl_ms] for video, count in sorted(wanted.items())
+    )
+
+
+# Forget the keys known to have an expiry past this many (forgetting only costs a PEXPIREAT again).
+MAX_EXPIRING = 500_000
+
+
+def remember_expiries(
+    expiring: set[str], plan: PartitionPlan, buckets: list[int], sketches: list[int], markers: list[int]
+) -> None:
+    """After a write that committed: the keys it wrote now have their expiry (indexes from 1)."""
+    if len(expiring) > MAX_EXPIRING:
+        expiring.clear()
+    for b in buckets:
+        expiring.add(cast(str, plan.buckets[b - 1][0]))
+    for b in sketches:
+        expiring.add(cast(str, plan.buckets[b - 1][4]))
+    for m in markers:
+        expiring.add(cast(str, plan.markers[m - 1][0]))

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Generic, TypeVar
 
 from counting import rules
@@ -23,21 +22,22 @@ class _Windows(Generic[K]):
     def __init__(self, keep: int) -> None:
         self._keep = keep
         self._newest: int | None = None
-        self.counts: dict[int, Counter[K]] = {}
+        self.counts: dict[int, dict[K, int]] = {}
 
     def add(self, window: int, key: K, step: int) -> int:
         """Add `step` to `key` in `window`; return the key's count there (at least 1)."""
-        if self._newest is not None and window < self._newest - self._keep:
-            return 1
         counter = self.counts.get(window)
         if counter is None:
-            counter = self.counts[window] = Counter()
+            if self._newest is not None and window < self._newest - self._keep:
+                return 1
+            counter = self.counts[window] = {}
             if self._newest is None or window > self._newest:
                 self._newest = window
                 for old in [w for w in self.counts if w < window - self._keep]:
                     del self.counts[old]
-        counter[key] += step
-        return max(counter[key], 1)
+        value = counter.get(key, 0) + step
+        counter[key] = value
+        return value if value > 1 else 1
 
 
 class ViewWindows:
@@ -51,13 +51,17 @@ class ViewWindows:
         """Count a view (unless `count` is false: a copy already counted); return (views from its
         address in its minute, views of its video by its viewer in its day), this one included:
         the inputs of `counting.bots.signals`."""
+        return self.observe_view(event.ip, event.ts, event.video_id, rules.viewer_of(event), count)
+
+    def observe_view(
+        self, ip: str | None, ts: int, video_id: str, viewer: str, count: bool = True
+    ) -> tuple[int, int]:
+        """`observe` from the fields it needs (the counter's hot path has them at hand)."""
         step = 1 if count else 0
         address_views = 0
-        if event.ip is not None:
-            address_views = self._address.add(rules.minute_of(event.ts), event.ip, step)
-        viewer_views = self._viewer.add(
-            rules.day_of(event.ts), (event.video_id, rules.viewer_of(event)), step
-        )
+        if ip is not None:
+            address_views = self._address.add(ts // rules.MINUTE_MS, ip, step)
+        viewer_views = self._viewer.add(ts // rules.DAY_MS, (video_id, viewer), step)
         return address_views, viewer_views
 
     def __len__(self) -> int:

@@ -66,6 +66,8 @@ def test_live_counter_changes_when_events_arrive(stack: Stack, stack_settings: S
         )
         page.wait_for_function("document.getElementById('views').textContent === '7'", timeout=30_000)
         assert page.locator("#status").inner_text() == "live"
+        page.wait_for_selector("#trending li", timeout=15_000)
+        assert page.locator("#trending li").first.inner_text().startswith("launch-video")
 
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         shot = SCREENSHOTS / "dashboard.png"

@@ -36,7 +36,7 @@ def test_counts_hold_before_during_and_after_a_publish(
 ) -> None:
     settings = stack_settings
     ingest = f"http://127.0.0.1:{settings.ingest_port}"
-    first = post_traffic(generate_items(2_500, 2_000.0, 21, 15, False), ingest, settings.collector_key)
+    first = post_traffic(generate_items(2_500, 600.0, 21, 15, False), ingest, settings.collector_key)
     wait_until(lambda: counter_caught_up(redis_client, settings), 90, "the counter catching up")
     expected = _oracle(first.events)
     videos = sorted(expected)

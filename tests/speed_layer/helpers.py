@@ -101,6 +101,32 @@ class Traffic:
                 out.append(self.retry(self.rng.choice(out)))
         return out
 
+    def clean(self, videos: int = 4, users: int = 1_000, n: int = 400) -> list[Event]:
+        """Clean traffic (no bot signal fires, even when windows are counted twice): counted,
+        short and repeated views, reactions with churn, heartbeats and retries, from logged-in and
+        anonymous viewers."""
+        rng = self.rng
+        names = [f"vid{i}" for i in range(videos)]
+        out: list[Event] = []
+        for _ in range(n):
+            video = rng.choice(names)
+            user = f"u{rng.randint(0, users - 1)}"
+            roll = rng.random()
+            if roll < 0.45:
+                out.append(self.view(video, user))
+            elif roll < 0.55:
+                out.append(self.view(video, None, session_id=f"anon{rng.randint(0, users // 2)}"))
+            elif roll < 0.62:
+                out.append(self.view(video, user, watch=rng.uniform(0, 29)))
+            elif roll < 0.82:
+                kind = rng.choice(["like", "like", "unlike", "dislike", "undislike"])
+                out.append(self.event(kind, video, user_id=user, ts=self.clock - rng.randint(0, 10**6)))
+            elif roll < 0.92:
+                out.append(self.event("heartbeat", video, session_id=f"s-{user}"))
+            elif out:
+                out.append(self.retry(rng.choice(out)))
+        return out
+
 
 def _as_dict(event: Event) -> dict[str, object]:
     return {f: getattr(event, f) for f in event.__struct_fields__}

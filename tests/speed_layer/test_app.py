@@ -47,10 +47,10 @@ async def test_an_unexpected_failure_stops_the_worker_instead_of_skipping_the_ba
     crashes: list[tuple[str, BaseException]] = []
     boom = RuntimeError("a bug")
 
-    async def fail(self: object, records: object) -> None:
+    async def fail(self: object, batch: object) -> None:
         raise boom
 
-    monkeypatch.setattr(CounterWorker, "handle", fail)
+    monkeypatch.setattr(CounterWorker, "write", fail)
     app = create_counter_app(settings, crash=lambda worker, exc: crashes.append((worker, exc)))
     [agent] = app.agents.values()
     async with agent.test_context() as running:

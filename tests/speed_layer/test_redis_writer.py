@@ -10,7 +10,7 @@ import redis.asyncio as aioredis
 
 from counting import keys, oracle, rules
 from counting.settings import Settings
-from speed_layer.counter import plan_batch
+from speed_layer.counter import event_markers_key, plan_batch, window_viewers_key
 from speed_layer.counter_worker import CounterWorker
 from speed_layer.deadletter import DeadLetter
 from speed_layer.records import Record
@@ -95,7 +95,11 @@ async def test_a_batch_is_skipped_whole_at_or_below_the_stored_offset(
     [first] = await writer.apply(plan.writes)
     assert (first.offset_before, first.offset_after, first.skipped) == (-1, records[-1].offset, 0)
     [again] = await writer.apply(plan.writes)
-    assert (again.applied, again.skipped) == (0, len(plan.writes[0].ops))
+    assert (again.applied, again.skipped, again.offset_before) == (
+        0,
+        len(plan.writes[0].ops),
+        records[-1].offset,
+    )
     assert int(redis_client.get(keys.partition_offset("t", 0)) or -1) == records[-1].offset
 
 
@@ -119,7 +123,7 @@ async def test_a_large_plan_is_cut_into_several_atomic_writes(
 ) -> None:
     events = Traffic(seed=6).mixed(n=300)
     records = pack(events, partitions=1, per_record=3)
-    plan = plan_batch(records, settings, ViewWindows(), now_ms=0, max_ops=25)
+    plan = plan_batch(records, settings, ViewWindows(), now_ms=0, max_events=25)
     assert len(plan.writes) > 3
     assert [w.first_offset for w in plan.writes[1:]] == [w.last_offset + 1 for w in plan.writes[:-1]]
     await RedisWriter(aclient).apply(plan.writes)
@@ -133,9 +137,27 @@ async def test_markers_expire_after_the_acceptance_horizon(
     view = traffic.view("vidx", "u1")
     now_ms = view.ingest_ts or 0
     await RedisWriter(aclient).apply(plan_batch(pack([view], 1), settings, ViewWindows(), now_ms).writes)
-    marker_ttl = redis_client.pexpiretime(keys.event_marker("vidx", view.event_id))
+    day = view.ts // rules.DAY_MS
     window = rules.view_window_of(view.ts)
-    window_ttl = redis_client.pexpiretime(keys.window_marker("vidx", "u1", window))
     horizon = 30 * rules.DAY_MS + rules.DAY_MS
-    assert marker_ttl == max(view.ts + horizon, now_ms + rules.DAY_MS)
-    assert window_ttl == (window + 1) * rules.VIEW_WINDOW_MS - 1 + horizon
+    assert redis_client.hexists(event_markers_key("vidx", day), view.event_id)
+    assert redis_client.hexists(window_viewers_key("vidx", window), "u1")
+    assert redis_client.pexpiretime(event_markers_key("vidx", day)) == (day + 1) * rules.DAY_MS - 1 + horizon
+    assert (
+        redis_client.pexpiretime(window_viewers_key("vidx", window))
+        == (window + 1) * rules.VIEW_WINDOW_MS - 1 + horizon
+    )
+
+
+async def test_every_bucket_sketch_marker_and_trending_key_expires(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
+) -> None:
+    events = Traffic(seed=9, step_ms=30).mixed(n=600)
+    # One worker over many small batches: later batches find the keys known and skip PEXPIREAT.
+    await _count(settings, aclient, pack(events, partitions=2), batch=3)
+    lasting = (":viewers", ":reactions", ":presence", ":buckets", ":shards", "tally:videos", "tally:offsets:")
+    names = [k.decode() for k in redis_client.scan_iter(match="tally:*", count=1000)]
+    expiring = [k for k in names if not any(part in k for part in lasting)]
+    assert {k.split(":")[2] for k in expiring} >= {"b", "hll", "e", "w"}
+    assert any(k.startswith("tally:trending:") for k in expiring)
+    assert [k for k in expiring if redis_client.pttl(k) <= 0] == []

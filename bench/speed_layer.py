@@ -1,0 +1,353 @@
+"""Benchmark the speed layer's counter against a plain consumer of the same records.
+
+`python -m bench.speed_layer [--events N] [--partitions P]` starts a fresh Tansu broker and a
+redis-server of its own, fills a topic with generated events packed the way the ingest API packs
+them (one request of 500 events stamped with one ingest time, one record per partition, hot videos
+keyed `video_id#k`), then measures in the same run:
+
+(a) a plain confluent-kafka consumer that reads the records and decodes their events, nothing else;
+(b) the Tally counter (`python -m speed_layer counter`, one worker process) from the same topic into
+    Redis, with dedup, bot scoring, sketches, trending and the exactly-once offsets on;
+
+first with traffic spread over many videos, then with all traffic on one video. Prints one line of
+JSON and writes bench/results/speed_layer.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from counting import keys
+from counting.event import Event
+from counting.settings import Settings
+from counting.wire import decode_events, encode_events, partition_for, record_key
+from ingest.publisher import shard_of
+from tally.services import free_port, start_broker, start_redis, stop_process
+from tally.stack import settings_env
+from tally.topics import ensure_topics
+
+RESULTS = Path(__file__).parent / "results"
+ROOT = Path(__file__).resolve().parents[1]
+REQUEST_EVENTS = 500
+BROWSER = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/130.0 Safari/537.36"
+SCRIPTED = "python-requests/2.31"
+
+
+@dataclass(frozen=True)
+class Mix:
+    """The share of each kind of event (the rest are counted-length views)."""
+
+    short_views: float = 0.08
+    heartbeats: float = 0.25
+    reactions: float = 0.12
+    scripted_views: float = 0.03
+    retries: float = 0.02
+
+
+def generate(
+    n: int, videos: int, viewers: int, seed: int, start_ms: int, rate: float, mix: Mix = Mix()
+) -> list[Event]:
+    """`n` stamped events in ingest order: one ingest time per request of REQUEST_EVENTS events,
+    requests spaced to reach `rate` events a second, videos drawn with a Zipf-like skew."""
+    rng = random.Random(seed)
+    weights = [1.0 / (i + 1) ** 1.05 for i in range(videos)]
+    names = [f"v{i:05d}" for i in range(videos)]
+    users = [f"u{i}" for i in range(viewers)]
+    addresses = [f"81.{i % 251}.{(i >> 8) % 251}.{1 + (i >> 16) % 250}" for i in range(viewers)]
+    out: list[Event] = []
+    serial = 0
+    cut_short = mix.short_views
+    cut_beat = cut_short + mix.heartbeats
+    cut_react = cut_beat + mix.reactions
+    cut_bot = cut_react + mix.scripted_views
+    cut_retry = cut_bot + mix.retries
+    reactions = ("like", "like", "like", "unlike", "dislike")
+    while len(out) < n:
+        ingest_ts = start_ms + int(len(out) / rate * 1000)
+        batch_videos = rng.choices(names, weights, k=REQUEST_EVENTS)
+        for video in batch_videos:
+            if len(out) >= n:
+                break
+            roll = rng.random()
+            serial += 1
+            event_id = f"b{seed}-{serial}"
+            person = int(rng.random() * viewers)
+            user = users[person]
+            ts = ingest_ts - rng.randint(0, 20_000)
+            ip = addresses[person]
+            if roll < cut_short or cut_react <= roll < cut_bot or roll >= cut_retry:
+                watch = rng.uniform(0, 29) if roll < cut_short else rng.uniform(30, 600)
+                agent = SCRIPTED if cut_react <= roll < cut_bot else BROWSER
+                anonymous = rng.random() < 0.3
+                out.append(
+                    Event(
+                        event_id=event_id,
+                        type="view",
+                        video_id=video,
+                        ts=ts,
+                        user_id=None if anonymous else user,
+                        session_id=f"s-{user}",
+                        ip=ip,
+                        user_agent=agent,
+                        watch_secs=watch,
+                        video_duration_secs=900.0,
+                        ingest_ts=ingest_ts,
+                    )
+                )
+            elif roll < cut_beat:
+                out.append(
+                    Event(
+                        event_id=event_id,
+                        type="heartbeat",
+                        video_id=video,
+                        ts=ts,
+                        session_id=f"s-{user}",
+                        ingest_ts=ingest_ts,
+                    )
+                )
+            elif roll < cut_react:
+                out.append(
+                    Event(
+                        event_id=event_id,
+                        type=rng.choice(reactions),  # type: ignore[arg-type]
+                        video_id=video,
+                        ts=ts,
+                        user_id=user,
+                        ingest_ts=ingest_ts,
+                    )
+                )
+            elif out:
+                again = out[rng.randrange(max(0, len(out) - 5_000), len(out))]
+                out.append(Event(**{**_fields(again), "ingest_ts": ingest_ts}))
+    return out
+
+
+def _fields(event: Event) -> dict[str, Any]:
+    return {f: getattr(event, f) for f in event.__struct_fields__}
+
+
+def pack(events: list[Event], partitions: int, shards: dict[str, int]) -> list[tuple[int, bytes, bytes]]:
+    """(partition, key, value) records as the ingest API writes them: per request, per partition."""
+    records: list[tuple[int, bytes, bytes]] = []
+    start = 0
+    while start < len(events):
+        stamp = events[start].ingest_ts
+        end = start
+        while end < len(events) and events[end].ingest_ts == stamp:
+            end += 1
+        grouped: dict[int, tuple[bytes, list[Event]]] = {}
+        for event in events[start:end]:
+            key = record_key(event.video_id, shard_of(event, shards.get(event.video_id, 1)))
+            partition = partition_for(key, partitions)
+            grouped.setdefault(partition, (key, []))[1].append(event)
+        for partition, (key, batch) in sorted(grouped.items()):
+            records.append((partition, key, encode_events(batch)))
+        start = end
+    return records
+
+
+def fill(bootstrap: str, topic: str, records: list[tuple[int, bytes, bytes]]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 20})
+    for partition, key, value in records:
+        while True:
+            try:
+                producer.produce(topic, value=value, key=key, partition=partition)
+                break
+            except BufferError:
+                producer.poll(0.1)
+    if producer.flush(120) != 0:
+        raise RuntimeError("the broker did not acknowledge every benchmark record")
+
+
+def plain_consumer(bootstrap: str, topic: str, partitions: int, expected_events: int) -> dict[str, float]:
+    """(a): read every record of the topic and decode its events; nothing else."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-plain-{time.time_ns()}",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 64 * 1024 * 1024,
+            "max.partition.fetch.bytes": 16 * 1024 * 1024,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    events = 0
+    started = time.perf_counter()
+    while events < expected_events:
+        for message in consumer.consume(1_000, timeout=1.0):
+            if message.error() is None:
+                events += len(decode_events(message.value() or b""))
+    seconds = time.perf_counter() - started
+    consumer.close()
+    return {"events": events, "seconds": round(seconds, 3), "events_per_s": round(events / seconds)}
+
+
+def counter_run(settings: Settings, records: list[tuple[int, bytes, bytes]], events: int) -> dict[str, Any]:
+    """(b): one counter worker process from the start of the topic until Redis holds every offset;
+    timed from its first stored batch (the broker's group join before it is not counting)."""
+    client = redis.Redis.from_url(settings.redis_url)
+    ends: dict[int, int] = {}
+    for partition, _, _ in records:
+        ends[partition] = ends.get(partition, 0) + 1
+    log = settings.data_dir / "counter.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "wb") as handle:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "speed_layer", "counter", "--loglevel", "WARNING"],
+            cwd=ROOT,
+            env=settings_env(settings),
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        names = [keys.partition_offset(settings.events_topic, p) for p in sorted(ends)]
+        first: float | None = None
+        first_done = 0
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            values = client.mget(names)
+            stored = {
+                p: int(v) + 1 if v is not None else 0 for p, v in zip(sorted(ends), values, strict=True)
+            }  # type: ignore[union-attr]
+            if first is None and any(stored.values()):
+                first = time.perf_counter()
+                first_done = sum(stored.values())
+            if all(stored[p] >= ends[p] for p in ends):
+                break
+            if process.poll() is not None:
+                raise RuntimeError(f"the counter exited ({process.returncode}); see {log}")
+            time.sleep(0.005)
+        else:
+            raise RuntimeError(f"the counter did not finish within 600 s; see {log}")
+        seconds = time.perf_counter() - (first or time.perf_counter())
+    finally:
+        stop_process(process, 30)
+        client.close()
+    share = 1 - first_done / max(1, len(records))
+    counted = events * share
+    return {
+        "events": events,
+        "timed_events": round(counted),
+        "seconds": round(seconds, 3),
+        "events_per_s": round(counted / seconds) if seconds > 0 else None,
+    }
+
+
+def _machine() -> dict[str, Any]:
+    return {
+        "cpus": os.cpu_count(),
+        "cpu": _cpu_model(),
+        "python": platform.python_version(),
+        "system": f"{platform.system()} {platform.release()}",
+        "redis": subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout.strip(),
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _scenario(
+    name: str, base: Settings, bootstrap: str, events: list[Event], shards: dict[str, int]
+) -> dict[str, Any]:
+    topic = f"bench-{name}-{time.time_ns()}"
+    settings = base.model_copy(update={"events_topic": topic, "dead_letter_topic": f"{topic}-dlq"})
+    ensure_topics(settings)
+    records = pack(events, settings.topic_partitions, shards)
+    client = redis.Redis.from_url(settings.redis_url)
+    client.flushdb()
+    client.close()
+    print(f"[{name}] {len(events)} events in {len(records)} records: filling the topic", file=sys.stderr)
+    fill(bootstrap, topic, records)
+    print(f"[{name}] plain consumer", file=sys.stderr)
+    plain = plain_consumer(bootstrap, topic, settings.topic_partitions, len(events))
+    print(f"[{name}] counter", file=sys.stderr)
+    counter = counter_run(settings, records, len(events))
+    ratio = counter["events_per_s"] / plain["events_per_s"] if counter["events_per_s"] else None
+    return {
+        "records": len(records),
+        "events_per_record": round(len(events) / len(records), 1),
+        "plain_consumer": plain,
+        "counter": counter,
+        "ratio": round(ratio, 3) if ratio else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(prog="python -m bench.speed_layer", description=__doc__)
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--videos", type=int, default=2_000)
+    args = parser.parse_args(argv)
+    now = int(time.time() * 1000)
+    with tempfile.TemporaryDirectory(prefix="tally-bench-") as tmp:
+        work = Path(tmp)
+        broker = start_broker(free_port(), work / "logs")
+        store = start_redis(free_port(), work / "logs")
+        try:
+            bootstrap = f"127.0.0.1:{broker.port}"
+            base = Settings(
+                data_dir=work / "data",
+                kafka_bootstrap=bootstrap,
+                redis_url=f"redis://127.0.0.1:{store.port}/0",
+                topic_partitions=args.partitions,
+                faust_web_port=free_port(),
+                bucket_ms=60_000,
+            )
+            uniform = generate(args.events, args.videos, args.events // 5, 1, now - 3_600_000, 50_000.0)
+            one = [
+                Event(**{**_fields(e), "video_id": "viral"})
+                for e in generate(args.events, 1, args.events // 5, 2, now - 3_600_000, 50_000.0)
+            ]
+            shards = {"viral": base.max_video_shards}
+            figures = {
+                "uniform": _scenario("uniform", base, bootstrap, uniform, {}),
+                "one_video": _scenario("one-video", base, bootstrap, one, shards),
+            }
+        finally:
+            store.stop()
+            broker.stop()
+    u, o = figures["uniform"]["counter"]["events_per_s"], figures["one_video"]["counter"]["events_per_s"]
+    result = {
+        "benchmark": "speed_layer",
+        "events": args.events,
+        "partitions": args.partitions,
+        "videos": args.videos,
+        "uniform_counter_events_per_s": u,
+        "uniform_plain_events_per_s": figures["uniform"]["plain_consumer"]["events_per_s"],
+        "uniform_ratio": figures["uniform"]["ratio"],
+        "one_video_counter_events_per_s": o,
+        "one_video_plain_events_per_s": figures["one_video"]["plain_consumer"]["events_per_s"],
+        "one_video_ratio": figures["one_video"]["ratio"],
+        "one_video_vs_uniform": round(o / u, 3) if u and o else None,
+        "scenarios": figures,
+        "machine": _machine(),
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "speed_layer.json").write_text(json.dumps(result, indent=2))
+    print(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""The publisher spreads a hot video's events over partitions by viewer, using the shard counts the
+speed layer keeps in Redis, and publishes on one shard when Redis does not answer."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+from confluent_kafka import Consumer, TopicPartition
+
+from counting import keys
+from counting.event import Event
+from counting.settings import Settings
+from counting.wire import decode_events, partition_for, record_key
+from ingest.publisher import Publisher, ShardCounts, shard_of
+from tally.services import free_port
+from tally.topics import ensure_topics
+
+pytestmark = pytest.mark.integration
+
+
+def _event(i: int, video: str, user: str | None) -> Event:
+    return Event(
+        event_id=f"p{i}",
+        type="view",
+        video_id=video,
+        ts=time.time_ns() // 1_000_000,
+        user_id=user,
+        session_id=f"s-{user}",
+        watch_secs=40.0,
+    )
+
+
+def _read(settings: Settings, expected: int) -> list[tuple[int, Event]]:
+    consumer = Consumer(
+        {"bootstrap.servers": settings.kafka_bootstrap, "group.id": "reader", "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition(settings.events_topic, p, 0) for p in range(settings.topic_partitions)])
+    found: list[tuple[int, Event]] = []
+    deadline = time.monotonic() + 15
+    while len(found) < expected and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            found.extend((message.partition(), e) for e in decode_events(message.value()))
+    consumer.close()
+    return found
+
+
+def test_a_viewers_events_always_get_the_same_shard() -> None:
+    view = _event(1, "v", "someone")
+    assert {shard_of(view, 8) for _ in range(3)} == {shard_of(_event(2, "v", "someone"), 8)}
+    assert shard_of(view, 1) == 0
+    assert len({shard_of(_event(i, "v", f"u{i}"), 8) for i in range(200)}) == 8
+
+
+async def test_a_hot_videos_events_spread_over_partitions_by_viewer(
+    settings: Settings, broker: str, redis_client: redis.Redis
+) -> None:
+    configured = settings.model_copy(update={"kafka_bootstrap": broker, "topic_partitions": 4})
+    ensure_topics(configured)
+    redis_client.set(keys.shards("hot"), 8)
+    publisher = Publisher(configured)
+    await publisher.start()
+    try:
+        events = [_event(i, "hot", f"u{i % 40}") for i in range(200)] + [_event(900, "cold", "u1")]
+        await publisher.publish(events)
+    finally:
+        await publisher.stop()
+    written = _read(configured, len(events))
+    assert len(written) == len(events)
+    hot = [(p, e) for p, e in written if e.video_id == "hot"]
+    assert len({p for p, _ in hot}) > 1
+    partitions_of: dict[str | None, set[int]] = {}
+    for partition, event in hot:
+        partitions_of.setdefault(event.user_id, set()).add(partition)
+    assert all(len(p) == 1 for p in partitions_of.values())
+    [(cold_partition, _)] = [(p, e) for p, e in written if e.video_id == "cold"]
+    assert cold_partition == partition_for(record_key("cold"), 4)
+
+
+async def test_without_redis_every_video_has_one_shard() -> None:
+    counts = ShardCounts(redis.asyncio.Redis.from_url(f"redis://127.0.0.1:{free_port()}/0"))
+    assert await counts.of({"a", "b"}) == {"a": 1, "b": 1}
+    assert await counts.of({"a"}) == {"a": 1}  # backing off: no second attempt
+    await counts.close()
