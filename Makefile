@@ -29,8 +29,10 @@ test: lint
 unit: install
 	$(VENV)/bin/pytest -m "not slow" $(PYTEST_ARGS)
 
+BENCHMARKS ?= speed_layer freshness batch_layer serving
+
 bench: install
-	@ls bench/*.py >/dev/null 2>&1 && for b in bench/[a-z]*.py; do $(PY) -m bench.$$(basename $$b .py) || exit 1; done || echo "no benchmarks yet"
+	@for b in $(BENCHMARKS); do echo "== bench.$$b"; $(PY) -m bench.$$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache

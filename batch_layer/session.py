@@ -12,6 +12,9 @@ from counting.settings import Settings
 
 SHUFFLE_PARTITIONS = 4
 APP_NAME = "tally-batch"
+# A local master runs every task in the driver's JVM: give it room to keep the deduplicated log
+# in memory (Spark's default of 1 GiB spills a 10-million-event log to disk).
+LOCAL_DRIVER_MEMORY = "4g"
 
 # The directory that holds the `batch_layer` and `counting` packages: Python workers of a local
 # master import the rules from there. A cluster gets them through `spark-submit --py-files`.
@@ -34,6 +37,7 @@ def build_session(settings: Settings, app_name: str = APP_NAME) -> SparkSession:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = builder.config("spark.executorEnv.PYTHONPATH", _PROJECT_ROOT)
+        builder = builder.config("spark.driver.memory", LOCAL_DRIVER_MEMORY)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark

@@ -6,7 +6,14 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from batch_layer.verdict import ADDRESS_MINUTE_VIEWS, VIEWER_DAY_VIEWS, rejection_reason, with_window_counts
+from batch_layer.verdict import (
+    ADDRESS_MINUTE_VIEWS,
+    STATIC_COLUMNS,
+    VIEWER_DAY_VIEWS,
+    rejection_reason,
+    with_static_signals,
+    with_window_counts,
+)
 from counting import rules
 from counting.bots import REASONS
 from warehouse.baseline import REJECTED_COLUMNS, baseline_schema
@@ -72,7 +79,7 @@ def _view_outcomes(views: DataFrame) -> DataFrame:
             .otherwise(F.lit(REPEAT)),
         )
         .withColumn("reason", F.when(F.col("outcome") == REJECTED, F.col("reason")))
-        .drop("_candidate", ADDRESS_MINUTE_VIEWS, VIEWER_DAY_VIEWS)
+        .drop("_candidate", ADDRESS_MINUTE_VIEWS, VIEWER_DAY_VIEWS, *STATIC_COLUMNS)
     )
 
 
@@ -89,12 +96,16 @@ def _reaction_outcomes(reactions: DataFrame) -> DataFrame:
 def classify(events: DataFrame) -> DataFrame:
     """One row per deduplicated event with what it counts as: `outcome` (a view's outcome, a
     latest reaction's state, else null), `reason` of a rejected view, `viewer`, `view_window`, `day`."""
+    # The static bot signals are properties of a row: computed first, they let the wide columns
+    # they read go before the shuffles. The deduplicated log is kept (it feeds three branches).
+    flagged = with_static_signals(events).drop("user_agent", "ja3", "video_duration_secs")
     deduped = (
-        deduplicate(events)
+        deduplicate(flagged)
         .withColumn("viewer", F.when(F.col("type") == "view", viewer()))
         .withColumn("minute", floor_div("ts", rules.MINUTE_MS))
         .withColumn("day", floor_div("ts", rules.DAY_MS))
         .withColumn("view_window", floor_div("ts", rules.VIEW_WINDOW_MS))
+        .localCheckpoint(eager=True)
     )
     is_view = F.col("type") == "view"
     is_reaction = F.col("type").isin(*rules.REACTION_STATE) & F.col("user_id").isNotNull()

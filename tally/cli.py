@@ -19,6 +19,8 @@ batch_app = typer.Typer(help="Batch layer runs.", no_args_is_help=True)
 app.add_typer(batch_app, name="batch")
 catalog_app = typer.Typer(help="The video catalog in the relational store.", no_args_is_help=True)
 app.add_typer(catalog_app, name="catalog")
+warehouse_app = typer.Typer(help="The DuckDB warehouse for analysts.", no_args_is_help=True)
+app.add_typer(warehouse_app, name="warehouse")
 audit_app = typer.Typer(help="Re-derive figures from the raw log and prove them.", no_args_is_help=True)
 app.add_typer(audit_app, name="audit")
 console = Console()
@@ -178,6 +180,23 @@ def audit_payout_command(
     report = audit_payout(settings, creator, day)
     console.print(report.render(), soft_wrap=True)
     raise typer.Exit(0 if report.matches else 1)
+
+
+@warehouse_app.command("build")
+@_clear_errors
+def warehouse_build(
+    data_dir: DataDir = None,
+    out: Annotated[
+        Path | None, typer.Option(help="the DuckDB file (default: <data dir>/warehouse.duckdb)")
+    ] = None,
+) -> None:
+    """Build the DuckDB warehouse (staging views and marts) from the log, the batch outputs and the store."""
+    from warehouse.build import build_warehouse
+
+    report = build_warehouse(_settings(data_dir), path=out)
+    for model in report.models:
+        console.print(f"  {model.name:<32} {model.materialized:<6} {model.rows:>10,} rows")
+    console.print(f"wrote {report.path} in {report.seconds:.1f} s: open it with `duckdb {report.path}`")
 
 
 @app.command()

@@ -96,3 +96,15 @@ def test_token_is_accepted_by_the_verifier() -> None:
     result = runner.invoke(app, ["token", "--user", "alice", "--ttl", "60"])
     assert result.exit_code == 0, result.output
     assert verify_token(Settings().user_token_secret, f"Bearer {result.output.strip()}") == "alice"
+
+
+def test_warehouse_build_on_an_empty_data_dir_writes_a_duckdb_file(tmp_path: Path) -> None:
+    import duckdb
+
+    result = runner.invoke(app, ["warehouse", "build", "--data-dir", str(tmp_path)])
+
+    assert result.exit_code == 0, result.output
+    built = tmp_path / "warehouse.duckdb"
+    with duckdb.connect(str(built), read_only=True) as db:
+        tables = {row[0] for row in db.execute("select table_name from information_schema.tables").fetchall()}
+    assert {"mart_daily_video_stats", "mart_top_videos", "mart_creator_payouts"} <= tables

@@ -1,0 +1,177 @@
+"""Batch benchmark: the Spark job against the same rules as one DuckDB query, on the same Parquet log.
+
+`python -m bench.batch_layer [--events N]` writes N generated log rows (default 10 million) in the
+archiver's layout, counts them with DuckDB and with the Spark transform of the batch job, checks
+that both give the same per-video counts, prints the figures as one line of JSON and writes them
+to bench/results/batch_layer.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from bench.batch_rules import count_videos, log_relation
+from bench.batch_traffic import BenchTraffic, write_bench_log
+from counting.rules import RULES_VERSION
+from counting.settings import Settings
+
+RESULTS = Path(__file__).resolve().parent / "results" / "batch_layer.json"
+TARGET_RATIO = 3.0
+DEFAULT_EVENTS = 10_000_000
+
+
+def _progress(total: int) -> Any:
+    started = time.monotonic()
+
+    def show(done: int) -> None:
+        rate = done / max(time.monotonic() - started, 1e-9)
+        print(
+            f"\rwriting the log: {done:,}/{total:,} rows ({rate:,.0f}/s)", end="", file=sys.stderr, flush=True
+        )
+        if done >= total:
+            print(file=sys.stderr)
+
+    return show
+
+
+def _machine() -> dict[str, Any]:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory = 0
+    try:
+        pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+        memory = round(pages * size / 2**30)
+    except (ValueError, OSError):
+        pass
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": model,
+        "memory_gib": memory,
+        "python": platform.python_version(),
+    }
+
+
+def run_duckdb(raw_dir: Path, cutoff_ms: int, threads: int) -> tuple[pa.Table, float]:
+    """The rules query over the log files: its per-video table and its wall time."""
+    con = duckdb.connect(config={"threads": threads})
+    started = time.monotonic()
+    table = count_videos(con, log_relation(str(raw_dir / "*" / "*" / "*.parquet")), cutoff_ms)
+    seconds = time.monotonic() - started
+    con.close()
+    return table, seconds
+
+
+def run_spark(settings: Settings, cutoff_ms: int) -> tuple[pa.Table, dict[str, float]]:
+    """The batch job's Spark work as `batch_layer.job.compute_batch` does it, without the Redis
+    watermark check and the publish: read the log, classify, collect the per-video baseline, write
+    the daily and per-bucket outputs. Returns the baseline table and the phase times."""
+    from batch_layer import load
+    from batch_layer.extract import read_log
+    from batch_layer.series import bucket_video_counts, write_series
+    from batch_layer.session import build_session
+    from batch_layer.transform import classify, daily_video_counts, video_counts
+
+    started = time.monotonic()
+    spark = build_session(settings, app_name="tally-bench")
+    spark.range(1).count()  # the JVM and Python workers are up before the clock starts
+    session_seconds = time.monotonic() - started
+    try:
+        started = time.monotonic()
+        events = read_log(spark, settings.raw_dir, cutoff_ms)
+        classified = classify(events).cache()
+        table = load.baseline_table(video_counts(classified))
+        baseline_seconds = time.monotonic() - started
+        load.write_daily(settings, "bench", RULES_VERSION, daily_video_counts(classified))
+        write_series(settings, "bench", bucket_video_counts(classified, settings.bucket_ms))
+        job_seconds = time.monotonic() - started
+        classified.unpersist()
+    finally:
+        spark.stop()
+    return table, {"session": session_seconds, "baseline": baseline_seconds, "job": job_seconds}
+
+
+def _differences(spark: pa.Table, duck: pa.Table) -> int:
+    """How many videos differ between the two per-video tables (0: equal)."""
+    left = {row["video_id"]: row for row in spark.to_pylist()}
+    right = {row["video_id"]: row for row in duck.select(spark.column_names).to_pylist()}
+    return sum(1 for video in left.keys() | right.keys() if left.get(video) != right.get(video))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.batch_layer", description=__doc__)
+    parser.add_argument("--events", type=int, default=DEFAULT_EVENTS, help="log rows to generate")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cores", type=int, default=2, help="Spark local[N] and DuckDB threads")
+    parser.add_argument("--data-dir", type=Path, default=None, help="keep the generated data here")
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+
+    data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="tally-bench-batch-"))
+    settings = Settings(data_dir=data_dir, spark_master=f"local[{args.cores}]")
+    try:
+        shutil.rmtree(settings.raw_dir, ignore_errors=True)
+        traffic = BenchTraffic(events=args.events, seed=args.seed)
+        started = time.monotonic()
+        files = write_bench_log(settings.raw_dir, traffic, progress=_progress(args.events))
+        generate_seconds = time.monotonic() - started
+        cutoff_ms = traffic.start_ms + traffic.span_ms + 24 * 3_600_000  # every row is before it
+
+        print("counting with DuckDB ...", file=sys.stderr, flush=True)
+        duck_table, duck_seconds = run_duckdb(settings.raw_dir, cutoff_ms, args.cores)
+        print(f"  {duck_seconds:.1f} s; counting with Spark ...", file=sys.stderr, flush=True)
+        spark_table, spark_times = run_spark(settings, cutoff_ms)
+        print(f"  {spark_times['job']:.1f} s", file=sys.stderr, flush=True)
+        differing = _differences(spark_table, duck_table)
+    finally:
+        if args.data_dir is None:
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+    result = {
+        "benchmark": "batch_layer",
+        "events": args.events,
+        "files": files,
+        "videos": spark_table.num_rows,
+        "cores": args.cores,
+        "generate_seconds": round(generate_seconds, 2),
+        "duckdb_seconds": round(duck_seconds, 2),
+        "duckdb_events_per_sec": round(args.events / duck_seconds),
+        "spark_seconds": round(spark_times["job"], 2),
+        "spark_events_per_sec": round(args.events / spark_times["job"]),
+        "spark_baseline_seconds": round(spark_times["baseline"], 2),
+        "spark_session_seconds": round(spark_times["session"], 2),
+        "spark_over_duckdb": round(spark_times["job"] / duck_seconds, 2),
+        "target_ratio": TARGET_RATIO,
+        "within_target": spark_times["job"] <= TARGET_RATIO * duck_seconds,
+        "per_video_equal": differing == 0,
+        "videos_differing": differing,
+        "counted_views": sum(spark_table["views"].to_pylist()),
+        "rules_version": RULES_VERSION,
+        "machine": _machine(),
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result))
+    return 0 if differing == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,342 @@
+-- The batch layer's counting rules as one DuckDB query: per-video counts with the baseline's
+-- columns, equal to counting.oracle.count over the log rows ingested before the cutoff.
+-- Every threshold, weight, pattern and range is rendered in from counting (bench/batch_layer.py,
+-- rules_variables); none is written here. Event times are validated >= 0 at ingest, so integer
+-- `//` is floor division.
+
+with
+
+log as (
+    select
+        event_id,
+        type,
+        video_id,
+        user_id,
+        session_id,
+        ts,
+        ip,
+        user_agent,
+        watch_secs,
+        video_duration_secs,
+        ja3,
+        ingest_ts,
+        kafka_partition,
+        kafka_offset
+    from {{ log }}
+    where ingest_ts < {{ cutoff }}
+),
+
+-- retries: the first copy of each event_id by ingestion (the Kafka position breaks a tie)
+deduped as (
+    select *
+    from log
+    qualify row_number() over (
+        partition by event_id
+        order by ingest_ts nulls first, kafka_partition, kafka_offset
+    ) = 1
+),
+
+views as (
+    select
+        event_id,
+        video_id,
+        ts,
+        ingest_ts,
+        ip,
+        user_agent,
+        ja3,
+        watch_secs,
+        video_duration_secs,
+        coalesce(user_id, {{ anon_prefix }} || session_id) as viewer,
+        ts // {{ minute_ms }} as minute,
+        ts // {{ day_ms }} as day,
+        ts // {{ view_window_ms }} as view_window
+    from deduped
+    where type = 'view'
+),
+
+-- the static signals of an address or an agent are computed once per distinct value
+agents as (
+    select
+        user_agent,
+        coalesce(regexp_matches(user_agent, {{ scripted_agent_pattern }}), false) as is_scripted_agent
+    from (select distinct user_agent from views where user_agent is not null)
+),
+
+address_text as (
+    select
+        ip,
+        split_part(ip, '%', 1) as bare
+    from (select distinct ip from views where ip is not null)
+),
+
+-- an IPv6 text: its dotted IPv4 tail (if any) as two hex groups, then `::` expanded to 8 groups
+address_groups as (
+    select
+        ip,
+        bare,
+        case
+            when bare not like '%:%' then null
+            when bare like '%.%' then
+                regexp_replace(bare, '[0-9.]+$', '')
+                || printf(
+                    '%x:%x',
+                    try_cast(split_part(regexp_extract(bare, '[0-9.]+$'), '.', 1) as integer) * 256
+                    + try_cast(split_part(regexp_extract(bare, '[0-9.]+$'), '.', 2) as integer),
+                    try_cast(split_part(regexp_extract(bare, '[0-9.]+$'), '.', 3) as integer) * 256
+                    + try_cast(split_part(regexp_extract(bare, '[0-9.]+$'), '.', 4) as integer)
+                )
+            else bare
+        end as v6
+    from address_text
+),
+
+-- the 8 hex groups of an IPv6 text (the groups left and right of `::` with zeros between)
+address_hextets as (
+    select
+        ip,
+        bare,
+        v6,
+        case
+            when v6 is null then null
+            when v6 not like '%::%' then string_split(v6, ':')
+            else list_concat(
+                left_groups,
+                list_transform(range(8 - len(left_groups) - len(right_groups)), lambda i: '0'),
+                right_groups
+            )
+        end as hextets
+    from (
+        select
+            *,
+            case
+                when split_part(v6, '::', 1) = '' then []::varchar[]
+                else string_split(split_part(v6, '::', 1), ':')
+            end as left_groups,
+            case
+                when split_part(v6, '::', 2) = '' then []::varchar[]
+                else string_split(split_part(v6, '::', 2), ':')
+            end as right_groups
+        from address_groups
+    )
+),
+
+address_values as (
+    select
+        ip,
+        case
+            when v6 is null then 4
+            else 6
+        end as version,
+        case
+            when v6 is null and len(string_split(bare, '.')) = 4 then list_reduce(
+                list_transform(
+                    string_split(bare, '.'),
+                    lambda octet, i: try_cast(octet as utinyint)::uhugeint << (8 * (4 - i))::uhugeint
+                ),
+                lambda a, b: a | b
+            )
+            when len(hextets) = 8 then list_reduce(
+                list_transform(
+                    hextets,
+                    lambda hextet, i: try_cast('0x' || hextet as usmallint)::uhugeint
+                        << (16 * (8 - i))::uhugeint
+                ),
+                lambda a, b: a | b
+            )
+        end as value
+    from address_hextets
+),
+
+-- an IPv4-mapped IPv6 address (::ffff:a.b.c.d) is judged as its IPv4 address
+addresses as (
+    select
+        ip,
+        case
+            when version = 6 and value >> 32::uhugeint = 65535::uhugeint then 4
+            else version
+        end as version,
+        case
+            when version = 6 and value >> 32::uhugeint = 65535::uhugeint
+                then value & 4294967295::uhugeint
+            else value
+        end as value
+    from address_values
+),
+
+datacenter_networks as (
+    select
+        version,
+        first_address,
+        last_address
+    from {{ datacenter_networks }}
+),
+
+datacenter_addresses as (
+    select distinct
+        addresses.ip
+    from addresses
+    inner join datacenter_networks
+        on addresses.version = datacenter_networks.version
+        and addresses.value between datacenter_networks.first_address and datacenter_networks.last_address
+),
+
+signals as (
+    select
+        views.*,
+        coalesce(agents.is_scripted_agent, false) as is_scripted_agent,
+        datacenter_addresses.ip is not null as is_datacenter_ip,
+        coalesce(lower(views.ja3) in {{ bad_ja3 }}, false) as is_bad_ja3,
+        coalesce(
+            views.watch_secs > {{ max_watch_secs }}
+            or views.watch_secs
+            > views.video_duration_secs * {{ watch_overrun_factor }} + {{ watch_overrun_slack_secs }},
+            false
+        ) as is_watch_anomaly,
+        case
+            when views.ip is null then 0
+            else count(*) over (partition by views.ip, views.minute)
+        end > {{ max_views_per_address_minute }} as is_high_velocity,
+        count(*) over (
+            partition by views.video_id, views.viewer, views.day
+        ) > {{ max_replays_per_day }} as is_replay_loop
+    from views
+    left join agents
+        on views.user_agent = agents.user_agent
+    left join datacenter_addresses
+        on views.ip = datacenter_addresses.ip
+),
+
+-- the score adds the weights in the order of counting.bots.signals; the reason is the heaviest
+-- signal, ties going to the one listed first in counting.bots.SIGNALS
+scored as (
+    select
+        *,
+        (case when is_scripted_agent then {{ scripted_agent_weight }} else 0.0 end)
+        + (case when is_datacenter_ip then {{ datacenter_ip_weight }} else 0.0 end)
+        + (case when is_bad_ja3 then {{ bad_ja3_weight }} else 0.0 end)
+        + (case when is_watch_anomaly then {{ watch_anomaly_weight }} else 0.0 end)
+        + (case when is_high_velocity then {{ address_velocity_weight }} else 0.0 end)
+        + (case when is_replay_loop then {{ replay_rate_weight }} else 0.0 end) as score
+    from signals
+),
+
+judged as (
+    select
+        *,
+        case
+            when score >= {{ reject_score }} then list_sort(
+                list_filter(
+                    [
+                        {'weight': -({{ scripted_agent_weight }}), 'rank': {{ scripted_agent_rank }}, 'reason': 'scripted_agent', 'hit': is_scripted_agent},
+                        {'weight': -({{ datacenter_ip_weight }}), 'rank': {{ datacenter_ip_rank }}, 'reason': 'datacenter_ip', 'hit': is_datacenter_ip},
+                        {'weight': -({{ bad_ja3_weight }}), 'rank': {{ bad_ja3_rank }}, 'reason': 'bad_ja3', 'hit': is_bad_ja3},
+                        {'weight': -({{ watch_anomaly_weight }}), 'rank': {{ watch_anomaly_rank }}, 'reason': 'watch_anomaly', 'hit': is_watch_anomaly},
+                        {'weight': -({{ address_velocity_weight }}), 'rank': {{ address_velocity_rank }}, 'reason': 'address_velocity', 'hit': is_high_velocity},
+                        {'weight': -({{ replay_rate_weight }}), 'rank': {{ replay_rate_rank }}, 'reason': 'replay_rate', 'hit': is_replay_loop}
+                    ],
+                    lambda s: s.hit
+                )
+            )[1].reason
+        end as reason,
+        coalesce(watch_secs, 0.0) >= {{ min_watch_secs }} and not isnan(coalesce(watch_secs, 0.0)) as is_qualified
+    from scored
+),
+
+-- the first qualified human view of each (video, viewer, window) by ingestion order counts
+view_outcomes as (
+    select
+        event_id,
+        video_id,
+        viewer,
+        reason,
+        case
+            when not is_qualified then 'short'
+            when reason is not null then 'rejected'
+            when row_number() over (
+                partition by video_id, viewer, view_window, is_qualified and reason is null
+                order by coalesce(ingest_ts, 0), event_id
+            ) = 1 then 'counted'
+            else 'repeat'
+        end as outcome
+    from judged
+),
+
+reaction_states as (
+    select
+        type,
+        state
+    from {{ reaction_states }}
+),
+
+-- the latest reaction of each (user, video) by (ts, event_id) decides its state
+latest_reactions as (
+    select
+        deduped.video_id,
+        reaction_states.state
+    from deduped
+    inner join reaction_states
+        on deduped.type = reaction_states.type
+    where deduped.user_id is not null
+    qualify row_number() over (
+        partition by deduped.user_id, deduped.video_id
+        order by deduped.ts desc, deduped.event_id desc
+    ) = 1
+),
+
+view_counts as (
+    select
+        video_id,
+        count_if(outcome = 'counted') as views,
+        count(distinct viewer) filter (where outcome = 'counted') as unique_viewers,
+        count_if(outcome = 'short') as short_views,
+        count_if(outcome = 'repeat') as repeat_views,
+        count_if(outcome = 'rejected' and reason = 'scripted_agent') as rejected_scripted_agent,
+        count_if(outcome = 'rejected' and reason = 'address_velocity') as rejected_address_velocity,
+        count_if(outcome = 'rejected' and reason = 'replay_rate') as rejected_replay_rate,
+        count_if(outcome = 'rejected' and reason = 'datacenter_ip') as rejected_datacenter_ip,
+        count_if(outcome = 'rejected' and reason = 'bad_ja3') as rejected_bad_ja3,
+        count_if(outcome = 'rejected' and reason = 'watch_anomaly') as rejected_watch_anomaly
+    from view_outcomes
+    group by video_id
+),
+
+reaction_counts as (
+    select
+        video_id,
+        count_if(state = {{ liked }}) as likes,
+        count_if(state = {{ disliked }}) as dislikes
+    from latest_reactions
+    group by video_id
+),
+
+videos as (
+    select distinct
+        video_id
+    from deduped
+),
+
+final as (
+    select
+        videos.video_id,
+        coalesce(view_counts.views, 0)::bigint as views,
+        coalesce(reaction_counts.likes, 0)::bigint as likes,
+        coalesce(reaction_counts.dislikes, 0)::bigint as dislikes,
+        coalesce(view_counts.unique_viewers, 0)::bigint as unique_viewers,
+        coalesce(view_counts.short_views, 0)::bigint as short_views,
+        coalesce(view_counts.repeat_views, 0)::bigint as repeat_views,
+        coalesce(view_counts.rejected_scripted_agent, 0)::bigint as rejected_scripted_agent,
+        coalesce(view_counts.rejected_address_velocity, 0)::bigint as rejected_address_velocity,
+        coalesce(view_counts.rejected_replay_rate, 0)::bigint as rejected_replay_rate,
+        coalesce(view_counts.rejected_datacenter_ip, 0)::bigint as rejected_datacenter_ip,
+        coalesce(view_counts.rejected_bad_ja3, 0)::bigint as rejected_bad_ja3,
+        coalesce(view_counts.rejected_watch_anomaly, 0)::bigint as rejected_watch_anomaly
+    from videos
+    left join view_counts
+        on videos.video_id = view_counts.video_id
+    left join reaction_counts
+        on videos.video_id = reaction_counts.video_id
+)
+
+select * from final
+order by video_id

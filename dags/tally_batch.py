@@ -1,0 +1,107 @@
+"""Tally's scheduled batch, one run per data interval: wait for the archiver to close the interval's
+end (the cutoff), validate the interval's raw partitions, compute, validate the outputs, publish the
+baseline, write payouts, build the warehouse, expire old speed buckets.
+
+Every task is keyed by the data interval (run id `interval-<cutoff ms>`): clearing or backfilling an
+interval rewrites what it wrote. A failed validation fails its task at once (no retries) and
+nothing after it runs: the served baseline stays. Results: the data docs under
+`$TALLY_DATA_DIR/quality/`. Schedule: `TALLY_BATCH_SCHEDULE` (a cron expression in UTC, hourly by
+default); its interval ends must be bucket edges (`TALLY_BUCKET_MS`).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from airflow.sdk import CronDataIntervalTimetable, chain, dag, task
+
+from counting.settings import Settings
+
+SCHEDULE = os.environ.get("TALLY_BATCH_SCHEDULE", "0 * * * *")
+
+
+@dag(
+    dag_id="tally_batch",
+    schedule=CronDataIntervalTimetable(SCHEDULE, timezone="UTC"),
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
+    catchup=False,
+    max_active_runs=1,
+    tags=["tally"],
+    default_args={"owner": "tally", "retries": 2, "retry_delay": timedelta(minutes=2)},
+    doc_md=__doc__,
+)
+def tally_batch() -> None:
+    @task
+    def cutoff(data_interval_end: datetime | None = None, dag_run: Any = None) -> int:
+        from tally import pipeline
+
+        return pipeline.run_cutoff(Settings(), data_interval_end, dag_run.run_after)
+
+    @task.sensor(poke_interval=60, timeout=6 * 3600, mode="reschedule")
+    def wait_for_archiver(cutoff: int) -> bool:
+        from tally import pipeline
+
+        return pipeline.wait_for_cutoff(Settings(), cutoff)
+
+    @task
+    def validate_raw(cutoff: int, data_interval_start: datetime | None = None) -> str:
+        from tally import pipeline
+        from tally.airflow import gate
+
+        since = int(data_interval_start.timestamp() * 1000) if data_interval_start else None
+        return gate(lambda: pipeline.validate_raw(Settings(), since, cutoff))
+
+    @task
+    def compute(cutoff: int) -> dict[str, Any]:
+        from tally import pipeline
+
+        return pipeline.compute(Settings(), cutoff, pipeline.interval_run_id(cutoff))
+
+    @task
+    def validate_outputs(run: dict[str, Any]) -> str:
+        from tally import pipeline
+        from tally.airflow import gate
+
+        return gate(lambda: pipeline.validate_outputs(Settings(), run))
+
+    @task
+    def publish(run: dict[str, Any]) -> bool:
+        from tally import pipeline
+
+        return pipeline.publish(Settings(), run)
+
+    @task
+    def write_payouts(run: dict[str, Any]) -> int:
+        from tally import pipeline
+
+        return pipeline.write_payouts(Settings(), run)
+
+    @task
+    def build_warehouse() -> str:
+        from tally import pipeline
+
+        return pipeline.build_warehouse(Settings())
+
+    @task
+    def expire_speed_buckets(cutoff: int) -> int:
+        from tally import pipeline
+
+        return pipeline.expire_speed_buckets(Settings(), now_ms=cutoff)
+
+    edge = cutoff()
+    run = compute(edge)
+    chain(
+        wait_for_archiver(edge),
+        validate_raw(edge),
+        run,
+        validate_outputs(run),
+        publish(run),
+        write_payouts(run),
+        build_warehouse(),
+        expire_speed_buckets(edge),
+    )
+
+
+tally_batch()

@@ -1,0 +1,55 @@
+"""Raw logs in the archiver's layout for the DAG tests: events as log rows, files per hour."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+import msgspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from counting.event import Event
+from counting.logschema import LOG_COLUMNS
+
+_ARROW_TYPES = {"string": pa.string(), "int64": pa.int64(), "double": pa.float64()}
+LOG_ARROW_SCHEMA = pa.schema([(name, _ARROW_TYPES[kind]) for name, kind in LOG_COLUMNS])
+
+WriteLog = Callable[[Path, Sequence[Event]], None]
+
+
+def log_rows(events: Sequence[Event], first_offset: int = 0) -> list[dict[str, object]]:
+    """Events as log rows: every log column, the Kafka position made up from the list order."""
+    rows = []
+    for offset, event in enumerate(events, start=first_offset):
+        row: dict[str, object] = {name: None for name, _ in LOG_COLUMNS}
+        row.update(msgspec.structs.asdict(event))
+        row.update(kafka_partition=0, kafka_offset=offset)
+        rows.append(row)
+    return rows
+
+
+def hour_folder(raw_dir: Path, ingest_ts: int) -> Path:
+    moment = datetime.fromtimestamp(ingest_ts / 1000, tz=UTC)
+    return raw_dir / f"ingest_date={moment:%Y-%m-%d}" / f"ingest_hour={moment:%H}"
+
+
+def write_rows(folder: Path, name: str, rows: list[dict[str, object]]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    pq.write_table(pa.Table.from_pylist(rows, schema=LOG_ARROW_SCHEMA), path)
+    return path
+
+
+def write_log(raw_dir: Path, events: Sequence[Event], files_per_hour: int = 2) -> None:
+    """Write events as the archiver does: `ingest_date=YYYY-MM-DD/ingest_hour=HH/*.parquet` (UTC)."""
+    by_hour: dict[Path, list[dict[str, object]]] = defaultdict(list)
+    for row in log_rows(events):
+        by_hour[hour_folder(raw_dir, int(str(row["ingest_ts"])))].append(row)
+    for folder, rows in by_hour.items():
+        for part in range(files_per_hour):
+            chunk = rows[part::files_per_hour]
+            if chunk:
+                write_rows(folder, f"events-p0-{part:05d}.parquet", chunk)

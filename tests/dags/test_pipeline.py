@@ -1,0 +1,143 @@
+"""The DAG tasks' bodies (`tally.pipeline`) on their own: cutoffs, waiting, publishing only
+forward, expiring speed buckets, and the spark-submit command line."""
+
+from __future__ import annotations
+
+import zipfile
+from datetime import UTC, date, datetime
+from pathlib import Path
+
+import pytest
+import redis
+
+from batch_layer.errors import BatchError, CutoffNotOnBucketEdge
+from counting import keys
+from counting.rules import RULES_VERSION
+from counting.settings import Settings
+from tally import pipeline
+from warehouse.baseline import BaselineRow, current_baseline, publish_baseline, rows_table, write_table
+
+DAY = datetime(2026, 11, 20, tzinfo=UTC)
+DAY_MS = int(DAY.timestamp() * 1000)
+
+
+def test_the_cutoff_is_the_interval_end_on_a_bucket_edge(settings: Settings) -> None:
+    assert pipeline.interval_cutoff(DAY, settings) == DAY_MS
+    with pytest.raises(CutoffNotOnBucketEdge, match="bucket edge"):
+        pipeline.interval_cutoff(datetime(2026, 11, 20, 0, 0, 1, tzinfo=UTC), settings)
+    assert pipeline.interval_run_id(DAY_MS) == f"interval-{DAY_MS}"
+
+
+def test_a_run_without_an_interval_ends_at_the_last_bucket_edge_before_its_trigger(
+    settings: Settings,
+) -> None:
+    triggered = datetime(2026, 11, 20, 0, 0, 3, 500_000, tzinfo=UTC)
+    assert pipeline.run_cutoff(settings, None, triggered) == DAY_MS + 2_000
+    assert pipeline.run_cutoff(settings, DAY, triggered) == DAY_MS
+
+
+def test_waiting_ends_once_the_watermark_closes_the_cutoff(
+    settings: Settings, redis_client: redis.Redis
+) -> None:
+    assert pipeline.wait_for_cutoff(settings, DAY_MS) is False  # no watermark yet
+    redis_client.set(keys.archiver_watermark(), DAY_MS - 1)
+    assert pipeline.wait_for_cutoff(settings, DAY_MS) is False
+    redis_client.set(keys.archiver_watermark(), DAY_MS + 500)
+    assert pipeline.wait_for_cutoff(settings, DAY_MS) is True
+
+
+def test_a_recompute_ends_at_its_last_day_or_the_watermark(
+    settings: Settings, redis_client: redis.Redis
+) -> None:
+    redis_client.set(keys.archiver_watermark(), DAY_MS + 3 * 86_400_000 + 1_500)
+    span = pipeline.recompute_bounds(settings, date(2026, 11, 19), date(2026, 11, 20))
+    assert span == {
+        "since": DAY_MS - 86_400_000,
+        "cutoff": DAY_MS + 86_400_000,
+        "run_id": f"recompute-{DAY_MS + 86_400_000}",
+    }
+    open_ended = pipeline.recompute_bounds(settings, date(2026, 11, 19), None)
+    assert open_ended["cutoff"] == DAY_MS + 3 * 86_400_000  # the watermark, down to a bucket edge
+    with pytest.raises(BatchError, match="nothing to recompute"):
+        pipeline.recompute_bounds(settings, date(2026, 11, 25), None)
+
+
+def _run_aside(settings: Settings, run_id: str, views: int) -> None:
+    table = rows_table([BaselineRow("vid-1", views=views)])
+    write_table(settings.baselines_dir / run_id / "baseline.parquet", table)
+
+
+def _run(run_id: str, cutoff: int) -> dict[str, object]:
+    return {
+        "run_id": run_id,
+        "cutoff": cutoff,
+        "rules_version": RULES_VERSION,
+        "events_read": 1,
+        "videos": 1,
+        "seconds": 0.1,
+    }
+
+
+def test_publishing_never_moves_the_served_baseline_back(settings: Settings) -> None:
+    _run_aside(settings, "interval-4000", 5)
+    publish_baseline(settings.baselines_dir, "interval-4000", 4000, RULES_VERSION, published_at=1)
+    _run_aside(settings, "interval-2000", 3)
+    _run_aside(settings, "interval-6000", 7)
+
+    assert pipeline.publish(settings, _run("interval-2000", 2000)) is False
+    served = current_baseline(settings.baselines_dir)
+    assert served is not None and served.run_id == "interval-4000"
+
+    assert pipeline.publish(settings, _run("interval-6000", 6000)) is True
+    assert pipeline.publish(settings, _run("interval-6000", 6000)) is True  # a re-run republishes
+    served = current_baseline(settings.baselines_dir)
+    assert served is not None and (served.run_id, served.cutoff) == ("interval-6000", 6000)
+
+
+def test_expiry_deletes_only_buckets_older_than_the_retention(
+    settings: Settings, redis_client: redis.Redis
+) -> None:
+    now = DAY_MS
+    oldest_kept = (now - settings.retention_ms) // settings.bucket_ms
+    old, kept = [oldest_kept - 2, oldest_kept - 1], [oldest_kept, oldest_kept + 10]
+    for video in ("vid-1", "vid-2"):
+        redis_client.sadd(keys.videos_index(), video)
+        for bucket in old + kept:
+            redis_client.hset(keys.bucket_counts(video, bucket), "views", 1)
+            redis_client.pfadd(keys.viewers_sketch(video, bucket), "u-1")
+            redis_client.zadd(keys.buckets_index(video), {str(bucket): bucket})
+    for bucket in old + kept:
+        redis_client.zadd(keys.trending(bucket), {"vid-1": 1})
+
+    assert pipeline.expire_speed_buckets(settings, now) == 2 * 2 * 2 + 2  # counts + sketches, trending
+    assert pipeline.expire_speed_buckets(settings, now) == 0
+
+    for video in ("vid-1", "vid-2"):
+        assert [int(b) for b in redis_client.zrange(keys.buckets_index(video), 0, -1)] == kept
+        assert all(redis_client.exists(keys.bucket_counts(video, b)) for b in kept)
+        assert not any(redis_client.exists(keys.viewers_sketch(video, b)) for b in old)
+    assert not any(redis_client.exists(keys.trending(b)) for b in old)
+    assert all(redis_client.exists(keys.trending(b)) for b in kept)
+
+
+def test_the_settings_travel_as_environment_variables(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = pipeline.settings_env(settings)
+    assert Path(env["TALLY_DATA_DIR"]).is_absolute()
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert Settings() == settings.model_copy(update={"data_dir": settings.data_dir.resolve()})
+
+
+def test_spark_submit_ships_the_packages_and_runs_this_module(settings: Settings, tmp_path: Path) -> None:
+    cluster = settings.model_copy(update={"spark_master": "spark://spark-master:7077"})
+    bundle = pipeline._py_files(tmp_path)
+    command = pipeline.spark_submit_command(cluster, DAY_MS, f"interval-{DAY_MS}", bundle)
+
+    assert command[0].endswith("spark-submit")
+    assert command[command.index("--master") + 1] == "spark://spark-master:7077"
+    assert command[command.index("--py-files") + 1] == str(bundle)
+    assert command[-5:] == [pipeline.__file__, "--cutoff", str(DAY_MS), "--run-id", f"interval-{DAY_MS}"]
+    names = zipfile.ZipFile(bundle).namelist()
+    assert {"batch_layer/job.py", "counting/rules.py", "warehouse/baseline.py"} <= set(names)

@@ -1,0 +1,229 @@
+"""`tally warehouse build`: the analysts' DuckDB file, one view or table per model, built aside and
+switched in with one rename so that nobody ever opens a half-built file."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import sqlalchemy as sa
+
+from counting.logschema import LOG_COLUMNS, PARTITION_COLUMNS
+from counting.settings import Settings
+from warehouse.baseline import baseline_schema, read_pointer
+from warehouse.errors import WarehouseBuildError
+from warehouse.models import MODELS_DIR, Model, literal, load_models, render
+
+# Written in a storage format that DuckDB 1.x command lines read too (a 2.0 file needs a 2.0 CLI).
+STORAGE_COMPATIBILITY = "v1.0.0"
+
+_SQL_TYPES = {"string": "varchar", "int64": "bigint", "double": "double"}
+
+# The relational store's tables the builder copies in (DuckDB cannot load its sqlite extension
+# offline), with the DuckDB types the staging models read.
+_SOURCES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
+    "raw_videos": (
+        "videos",
+        (
+            ("video_id", "varchar"),
+            ("creator_id", "varchar"),
+            ("duration_secs", "double"),
+            ("monetized", "boolean"),
+        ),
+    ),
+    "raw_payout_ledger": (
+        "payout_ledger",
+        (
+            ("creator_id", "varchar"),
+            ("day", "date"),
+            ("run_id", "varchar"),
+            ("rules_version", "varchar"),
+            ("monetizable_views", "bigint"),
+            ("rate_per_1000", "decimal(20, 6)"),
+            ("currency", "varchar"),
+            ("amount", "decimal(20, 6)"),
+            ("input_files", "varchar"),
+            ("counted_ids_digest", "varchar"),
+            ("created_at", "timestamp"),
+        ),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class ModelReport:
+    """One built model: its name, whether it is a view or a table, and its rows at build time."""
+
+    name: str
+    materialized: str
+    rows: int
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    """What a build wrote: the file, the batch run its batch models read, sources and models."""
+
+    path: Path
+    run_id: str | None
+    sources: dict[str, int]
+    models: list[ModelReport]
+    seconds: float
+
+
+def _empty_relation(columns: list[tuple[str, str]]) -> str:
+    """A typed relation with no rows, for an input that does not exist yet."""
+    select = ", ".join(f"cast(null as {kind}) as {name}" for name, kind in columns)
+    return f"(select {select} where false)"
+
+
+def _parquet(glob: str, hive: bool = False) -> str:
+    options = ", hive_partitioning = true, union_by_name = true" if hive else ""
+    return f"read_parquet({literal(glob)}{options})"
+
+
+def _has_files(folder: Path, pattern: str) -> bool:
+    return folder.is_dir() and any(folder.glob(pattern))
+
+
+def _baseline_columns() -> list[tuple[str, str]]:
+    return [(f.name, "varchar" if pa.types.is_string(f.type) else "bigint") for f in baseline_schema()]
+
+
+def model_variables(settings: Settings) -> tuple[dict[str, str], str | None]:
+    """The SQL the model variables stand for, from the settings' log and the current batch run
+    (empty typed relations where there is no data yet), and that run's id."""
+    raw_pattern = "ingest_date=*/ingest_hour=*/*.parquet"
+    log_columns = [(name, _SQL_TYPES[kind]) for name, kind in LOG_COLUMNS]
+    log_columns += [(name, "varchar") for name in PARTITION_COLUMNS]
+    raw_dir = settings.raw_dir.resolve()
+    variables = {
+        "raw_log": _parquet(str(raw_dir / raw_pattern), hive=True)
+        if _has_files(raw_dir, raw_pattern)
+        else _empty_relation(log_columns),
+    }
+    pointer = read_pointer(settings.baselines_dir)
+    run_id = None if pointer is None else str(pointer["run_id"])
+    daily_columns = [
+        ("date", "date"),
+        *_baseline_columns(),
+        ("run_id", "varchar"),
+        ("rules_version", "varchar"),
+    ]
+    daily_dir = settings.batch_dir.resolve() / str(run_id) / "daily_video"
+    if run_id is not None and _has_files(daily_dir, "*.parquet"):
+        variables["daily_video"] = _parquet(str(daily_dir / "*.parquet"))
+    else:
+        variables["daily_video"] = _empty_relation(daily_columns)
+    if pointer is not None:
+        variables["baseline"] = _parquet(str(settings.baselines_dir.resolve() / str(pointer["path"])))
+    else:
+        variables["baseline"] = _empty_relation(_baseline_columns())
+    variables["baseline_run_id"] = literal(run_id)
+    variables["baseline_cutoff"] = literal(None if pointer is None else int(str(pointer["cutoff"])))
+    variables["baseline_rules_version"] = literal(None if pointer is None else str(pointer["rules_version"]))
+    return variables, run_id
+
+
+def _store_rows(settings: Settings, table: str, columns: tuple[tuple[str, str], ...]) -> list[dict[str, Any]]:
+    """The rows of a store table (only the given columns), or none when the store or the table does
+    not exist yet. A SQLite store that has no file yet is not created."""
+    url = sa.engine.make_url(settings.store_url)
+    if url.get_backend_name() == "sqlite" and (not url.database or not Path(url.database).exists()):
+        return []
+    engine = sa.create_engine(url)
+    try:
+        if not sa.inspect(engine).has_table(table):
+            return []
+        from warehouse import tables  # the store's column types (exact decimals, UTC times)
+
+        source = tables.metadata.tables[table]
+        query = sa.select(*(source.c[name] for name, _ in columns))
+        with engine.connect() as connection:
+            return [dict(row._mapping) for row in connection.execute(query)]
+    except sa.exc.SQLAlchemyError as exc:
+        raise WarehouseBuildError(f"cannot read {table!r} from the store at {url!r}: {exc}") from exc
+    finally:
+        engine.dispose()
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo else value
+    if isinstance(value, dict | list):
+        return json.dumps(value, sort_keys=True)
+    return value
+
+
+def _load_sources(con: duckdb.DuckDBPyConnection, settings: Settings) -> dict[str, int]:
+    counts = {}
+    for name, (table, columns) in _SOURCES.items():
+        con.execute(f"create table {name} ({', '.join(f'{c} {kind}' for c, kind in columns)})")
+        rows = _store_rows(settings, table, columns)
+        if rows:
+            marks = ", ".join("?" for _ in columns)
+            con.executemany(
+                f"insert into {name} values ({marks})",
+                [[_plain(row[c]) for c, _ in columns] for row in rows],
+            )
+        counts[name] = len(rows)
+    return counts
+
+
+def _create(con: duckdb.DuckDBPyConnection, model: Model, variables: dict[str, str]) -> ModelReport:
+    sql = render(model.sql, variables)
+    try:
+        con.execute(f"create {model.materialized} {model.name} as\n{sql}")
+        rows = con.execute(f"select count(*) from {model.name}").fetchall()[0][0]
+    except duckdb.Error as exc:
+        raise WarehouseBuildError(f"model {model.name!r} failed: {exc}") from exc
+    return ModelReport(model.name, model.materialized, int(rows))
+
+
+@contextmanager
+def _aside(path: Path) -> Iterator[Path]:
+    """A temporary file beside `path` that replaces it on success and is removed on failure."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    for leftover in (tmp, tmp.with_name(tmp.name + ".wal")):
+        leftover.unlink(missing_ok=True)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        for leftover in (tmp, tmp.with_name(tmp.name + ".wal")):
+            leftover.unlink(missing_ok=True)
+
+
+def build_warehouse(
+    settings: Settings, path: Path | None = None, models_dir: Path = MODELS_DIR
+) -> BuildReport:
+    """Build the warehouse file (default `settings.warehouse_path`) from the log, the current batch
+    run and the relational store, and switch it in atomically; the old file stays on failure."""
+    started = time.monotonic()
+    target = (path or settings.warehouse_path).resolve()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    models = load_models(models_dir)
+    variables, run_id = model_variables(settings)
+    with _aside(target) as tmp:
+        con = duckdb.connect(str(tmp), config={"storage_compatibility_version": STORAGE_COMPATIBILITY})
+        try:
+            sources = _load_sources(con, settings)
+            reports = [_create(con, model, variables) for model in models]
+            con.execute("checkpoint")
+        finally:
+            con.close()
+    return BuildReport(
+        path=target,
+        run_id=run_id,
+        sources=sources,
+        models=reports,
+        seconds=round(time.monotonic() - started, 3),
+    )
