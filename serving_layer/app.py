@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
+from datetime import date
 from pathlib import Path as FilePath
 from typing import Annotated, Any
 
@@ -23,10 +24,11 @@ from serving_layer.cache import ReadCache
 from serving_layer.errors import StoreUnavailable
 from serving_layer.live import live_stream
 from serving_layer.metrics import instrument
+from serving_layer.payouts import creator_payouts
 from serving_layer.schemas import ERRORS
+from serving_layer.speed import top_videos
 from serving_layer.stats import REDIS_ERRORS, StatsReader, now_ms
 from serving_layer.timeseries import MAX_BUCKETS, read_series
-from serving_layer.trending import top_videos
 
 STATIC = FilePath(__file__).parent / "static"
 VideoIdPath = Annotated[str, Path(pattern=VIDEO_ID_PATTERN, description="the video id")]
@@ -139,6 +141,19 @@ def create_app(settings: Settings) -> FastAPI:
             "bucket_ms": settings.bucket_ms,
             "videos": [{"video_id": v, "views": n} for v, n in top],
         }
+
+    @app.get("/v1/creators/{creator_id}/payouts")
+    async def payouts(
+        creator_id: Annotated[str, Path(min_length=1, max_length=64, description="the creator id")],
+        since: Annotated[date | None, Query(alias="from", description="first UTC day, YYYY-MM-DD")] = None,
+        until: Annotated[date | None, Query(alias="to", description="last UTC day, YYYY-MM-DD")] = None,
+    ) -> Any:
+        """The creator's payout ledger rows: views, rate, amount, and the run, rules version, input
+        files and counted-id digest that `tally audit payout` re-derives them from."""
+        if since is not None and until is not None and until < since:
+            return _error(422, "to", f"must not be before 'from' (got from={since}, to={until})")
+        rows = await asyncio.to_thread(creator_payouts, settings.store_url, creator_id, since, until)
+        return {"creator_id": creator_id, "payouts": rows}
 
     @app.get("/v1/admin/videos/{video_id}/raw")
     async def admin_raw(

@@ -116,6 +116,7 @@ def test_openapi_describes_every_route(api: TestClient) -> None:
         "/v1/videos/{video_id}/stats",
         "/v1/videos/{video_id}/timeseries",
         "/v1/trending",
+        "/v1/creators/{creator_id}/payouts",
         "/v1/admin/videos/{video_id}/raw",
         "/v1/videos/{video_id}/live",
     } <= paths
