@@ -10,6 +10,8 @@ if ! command -v redis-server >/dev/null 2>&1; then missing+=("redis-server"); fi
 if ! command -v python3 >/dev/null 2>&1; then missing+=("python3" "python3-venv"); fi
 # The dashboard's browser test drives Debian's Chromium (Playwright cannot download browsers here).
 if ! command -v chromium >/dev/null 2>&1; then missing+=("chromium"); fi
+# The serving benchmark loads the API with wrk.
+if ! command -v wrk >/dev/null 2>&1; then missing+=("wrk"); fi
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
