@@ -103,6 +103,7 @@ class Publisher:
         self._lock = asyncio.Lock()
         self._producer: AIOKafkaProducer | None = None
         self._partitions = 0
+        self._next_attempt = 0.0
         self._shards = shards or ShardCounts(
             aioredis.Redis.from_url(
                 settings.redis_url,
@@ -112,6 +113,20 @@ class Publisher:
         )
 
     async def start(self) -> None:
+        """Connect to the broker; when it is away the API still starts and answers 503 until it is
+        back (each write tries to reconnect, at most once a second)."""
+        try:
+            await self._connect()
+        except BrokerUnavailable as exc:
+            logger.warning("event=broker_unavailable_at_start error=%s", exc)
+
+    async def _connect(self) -> AIOKafkaProducer:
+        now = time.monotonic()
+        if now < self._next_attempt:
+            raise BrokerUnavailable(
+                f"the broker at {self._settings.kafka_bootstrap} is unreachable; retry the request shortly"
+            )
+        self._next_attempt = now + 1.0
         producer = AIOKafkaProducer(
             bootstrap_servers=self._settings.kafka_bootstrap,
             acks="all",
@@ -129,6 +144,8 @@ class Publisher:
                 f"'tally up' or set TALLY_KAFKA_BOOTSTRAP ({exc})"
             ) from exc
         self._producer = producer
+        self._partitions = 0
+        return producer
 
     async def stop(self) -> None:
         if self._producer is not None:
@@ -148,7 +165,8 @@ class Publisher:
             return []
         producer = self._producer
         if producer is None:
-            raise BrokerUnavailable("the ingest publisher is not started")
+            async with self._lock:
+                producer = self._producer or await self._connect()
         timeout = self._settings.delivery_timeout_ms / 1000
         shards = await self._shards.of({e.video_id for e in events})
         try:
