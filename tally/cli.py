@@ -19,6 +19,8 @@ batch_app = typer.Typer(help="Batch layer runs.", no_args_is_help=True)
 app.add_typer(batch_app, name="batch")
 catalog_app = typer.Typer(help="The video catalog in the relational store.", no_args_is_help=True)
 app.add_typer(catalog_app, name="catalog")
+speed_app = typer.Typer(help="The speed layer's Redis state.", no_args_is_help=True)
+app.add_typer(speed_app, name="speed")
 warehouse_app = typer.Typer(help="The DuckDB warehouse for analysts.", no_args_is_help=True)
 app.add_typer(warehouse_app, name="warehouse")
 audit_app = typer.Typer(help="Re-derive figures from the raw log and prove them.", no_args_is_help=True)
@@ -180,6 +182,36 @@ def audit_payout_command(
     report = audit_payout(settings, creator, day)
     console.print(report.render(), soft_wrap=True)
     raise typer.Exit(0 if report.matches else 1)
+
+
+@speed_app.command("rebuild")
+@_clear_errors
+def speed_rebuild(data_dir: DataDir = None) -> None:
+    """Replay the Parquet log into Redis after Redis lost the speed state. Stop the counter first
+    (it is fenced out otherwise); start it again afterwards: it resumes after the archive."""
+    import asyncio
+
+    import redis.asyncio as aioredis
+    from rich.progress import Progress
+
+    from speed_layer.rebuild import archived_records, rebuild
+
+    settings = _settings(data_dir)
+
+    async def run() -> None:
+        client = aioredis.Redis.from_url(settings.redis_url)
+        try:
+            with Progress(console=console) as progress:
+                task = progress.add_task("replaying records", total=len(archived_records(settings)))
+                report = await rebuild(settings, client, lambda n: progress.advance(task, n))
+        finally:
+            await client.aclose()
+        console.print(
+            f"replayed {report.records} records ({report.events} events) in {report.seconds:.1f} s; "
+            f"last offsets {report.last_offsets}: start the counter again"
+        )
+
+    asyncio.run(run())
 
 
 @warehouse_app.command("build")
