@@ -113,3 +113,10 @@ async def unique_viewers_between(redis: Redis, video_id: str, from_bucket: int, 
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+async def has_speed_state(redis: Redis, topic: str, partitions: int) -> bool:
+    """False when no counter owns any partition of the topic in this Redis: the speed state is new
+    or was lost (flushed, restarted without persistence)."""
+    found = await redis.exists(*(keys.partition_owner(topic, p) for p in range(partitions)))
+    return int(found) > 0

@@ -16,7 +16,7 @@ from serving_layer.cache import ReadCache
 from serving_layer.errors import StoreUnavailable
 from serving_layer.merge import merge
 from serving_layer.reactions import read_user_reaction
-from serving_layer.speed import SpeedCounts, read_speed
+from serving_layer.speed import SpeedCounts, has_speed_state, read_speed
 
 REDIS_ERRORS = (RedisError, OSError)
 
@@ -55,6 +55,12 @@ class StatsReader:
             speed = await read_speed(
                 self.redis, video_id, rules.bucket_of(cutoff, self.settings.bucket_ms), now
             )
+            settings = self.settings
+            if not await has_speed_state(self.redis, settings.events_topic, settings.topic_partitions):
+                degraded.append(
+                    "the speed layer has no state in Redis (no counter has run, or Redis lost it): counts "
+                    "after the cutoff may be missing; start the counter or run 'tally speed rebuild'"
+                )
         except REDIS_ERRORS as exc:
             if baseline is None:
                 raise StoreUnavailable(

@@ -45,7 +45,15 @@ def put_speed(client: redis.Redis, video_id: str, bucket: int, **fields: int) ->
     client.zadd(keys.buckets_index(video_id), {str(bucket): bucket})
 
 
+def claim_partitions(client: redis.Redis, settings: Settings) -> None:
+    """What a running counter leaves in Redis: an owner generation per partition it counts."""
+    for partition in range(settings.topic_partitions):
+        client.set(keys.partition_owner(settings.events_topic, partition), 1)
+
+
 @pytest.fixture
 def api(settings: Settings, redis_client: redis.Redis) -> Iterator[TestClient]:
+    """The API over a Redis in which a counter runs (its partitions claimed)."""
+    claim_partitions(redis_client, settings)
     with TestClient(create_app(settings)) as client:
         yield client

@@ -86,3 +86,14 @@ def test_redis_down_serves_the_baseline_marked_approx(settings: Settings) -> Non
         assert answer.status_code == 200
         assert answer.json()["views"] == 100
         assert answer.json()["approx"] is True
+
+
+def test_lost_speed_state_is_flagged(api: TestClient, settings: Settings, redis_client: redis.Redis) -> None:
+    publish(settings, "r1", bucket_now(settings) * settings.bucket_ms, [BaselineRow("v1", views=100)])
+    assert api.get("/v1/videos/v1/stats").json()["approx"] is False
+    redis_client.flushdb()
+
+    answer = api.get("/v1/videos/v1/stats").json()
+
+    assert (answer["views"], answer["approx"]) == (100, True)
+    assert "tally speed rebuild" in answer["degraded"][0]
