@@ -5,9 +5,11 @@ from __future__ import annotations
 from datetime import date
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
 from serving_layer.errors import StoreUnavailable
+from warehouse.errors import StoreError
 from warehouse.store import ledger_rows, open_store
 
 
@@ -17,11 +19,13 @@ def creator_payouts(
     """Every ledger row of a creator in [since, until], newest day first; money as decimal strings."""
     try:
         with open_store(store_url) as store:
+            if not sa.inspect(store.engine).has_table("payout_ledger"):
+                return []  # no batch has written payouts into this store yet
             rows = ledger_rows(store, creator_id)
-    except SQLAlchemyError as exc:
+    except (SQLAlchemyError, StoreError) as exc:
         raise StoreUnavailable(
-            f"the relational store is not readable ({type(exc).__name__}): run 'tally catalog load' or a "
-            "batch with payouts to create it, or set TALLY_DATABASE_URL"
+            f"the relational store is not readable ({exc}): run 'tally catalog load' or a batch with "
+            "payouts to create it, or set TALLY_DATABASE_URL"
         ) from exc
     chosen = [r for r in rows if (since is None or r.day >= since) and (until is None or r.day <= until)]
     chosen.sort(key=lambda r: (r.day, r.run_id), reverse=True)

@@ -24,6 +24,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 EXAMPLES = settings(
     max_examples=25,
+    derandomize=True,
     deadline=None,
     suppress_health_check=[
         HealthCheck.too_slow,

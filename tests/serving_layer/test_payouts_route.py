@@ -51,3 +51,8 @@ def test_payouts_route_refuses_a_reversed_range(api: TestClient, settings: Setti
     assert (answer.status_code, answer.json()["errors"][0]["field"]) == (422, "to")
     bad = api.get("/v1/creators/c7/payouts", params={"from": "yesterday"})
     assert (bad.status_code, bad.json()["errors"][0]["field"]) == (422, "from")
+
+
+def test_payouts_before_any_payout_run_are_empty(api: TestClient) -> None:
+    answer = api.get("/v1/creators/c7/payouts")
+    assert (answer.status_code, answer.json()["payouts"]) == (200, [])
