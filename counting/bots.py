@@ -81,8 +81,10 @@ def is_scripted_agent(user_agent: str | None) -> bool:
     return user_agent is not None and _SCRIPTED_AGENT_RE.search(user_agent) is not None
 
 
-@lru_cache(maxsize=65_536)
+@lru_cache(maxsize=262_144)
 def is_datacenter_ip(ip: str | None) -> bool:
+    """In a data-centre range (an IPv4-mapped IPv6 address counts as its IPv4); remembered per
+    address, since the counter's hot path asks for the same addresses again and again."""
     if ip is None:
         return False
     try:

@@ -90,3 +90,15 @@ class Settings(BaseSettings):
     def store_url(self) -> str:
         """The relational store's URL: `database_url`, else a SQLite file under the data directory."""
         return self.database_url or f"sqlite:///{(self.data_dir / 'tally.db').resolve()}"
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The settings as TALLY_* variables (the data directory made absolute), so that a child
+    process, or an Airflow task, reads the same ones whatever its working directory."""
+    env: dict[str, str] = {}
+    for name, value in settings.model_dump(mode="json").items():
+        if name == "data_dir":
+            value = str(settings.data_dir.resolve())
+        if value is not None:
+            env[f"TALLY_{name.upper()}"] = str(value)
+    return env

@@ -68,15 +68,6 @@ async def read_speed(redis: Redis, video_id: str, from_bucket: int, now_ms: int)
     return counts
 
 
-async def read_reaction(redis: Redis, video_id: str, user_id: str) -> str:
-    """The reaction state of a user for a video as the speed layer keeps it: liked, disliked, none."""
-    raw = await redis.hget(keys.reactions(video_id), user_id)
-    if raw is None:
-        return rules.NONE
-    text = raw.decode() if isinstance(raw, bytes) else str(raw)
-    return text.rsplit("|", 1)[-1]
-
-
 async def top_videos(redis: Redis, from_bucket: int, to_bucket: int, n: int) -> list[tuple[str, int]]:
     """The `n` videos with the most counted views in buckets from_bucket..to_bucket (inclusive), most
     viewed first, from the per-bucket trending sorted sets (kept as long as the speed buckets)."""

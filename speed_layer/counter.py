@@ -20,7 +20,6 @@ from counting import bots, keys, rules
 from counting.event import MAX_AGE_MS, Event
 from counting.settings import Settings
 from speed_layer import script
-from speed_layer.addresses import is_datacenter_ip
 from speed_layer.errors import PoisonRecord
 from speed_layer.hot import HotVideos
 from speed_layer.records import Record, by_partition, decode_record
@@ -39,9 +38,7 @@ MARKER_HORIZON_MS = MAX_AGE_MS + rules.DAY_MS
 
 _encoder = msgspec.msgpack.Encoder()
 _VIEW, _SHORT, _REJECT, _REACTION = script.VIEW, script.SHORT, script.REJECT, script.REACTION
-_MIN_WATCH = rules.MIN_WATCH_SECS
 _WINDOW_MS = rules.VIEW_WINDOW_MS
-_ANON = rules.ANON_VIEWER_PREFIX
 _REACTION_STATE = rules.REACTION_STATE
 _DAY_MS = rules.DAY_MS
 
@@ -61,17 +58,6 @@ def viewer_digest(viewer: str) -> str:
 def _video_keys(video_id: str) -> tuple[str, str, str]:
     """(viewers, reactions, presence) keys of a video."""
     return keys.viewers(video_id), keys.reactions(video_id), keys.presence(video_id)
-
-
-@lru_cache(maxsize=65_536)
-def _client_signals(user_agent: str | None, ja3: str | None) -> tuple[bots.Signal, ...]:
-    """The signals a view shows by its client (scripted or headless agent, bad TLS fingerprint)."""
-    found = []
-    if bots.is_scripted_agent(user_agent):
-        found.append(bots.SCRIPTED_AGENT)
-    if bots.is_bad_ja3(ja3):
-        found.append(bots.BAD_TLS)
-    return tuple(found)
 
 
 @dataclass
@@ -244,16 +230,14 @@ class _PlanBuilder:
             event_id = event.event_id
             ops = video.ops
             if kind == "view":
-                user_id = event.user_id
-                viewer = user_id if user_id is not None else f"{_ANON}{event.session_id}"
+                viewer = rules.viewer_of(event)
                 first_copy = event_id not in video.seen
                 video.seen.add(event_id)
                 address_views, viewer_views = observe(event.ip, ts, video_id, viewer, first_copy)
-                watch = event.watch_secs
-                if watch is None or watch < _MIN_WATCH:
+                if not rules.is_qualified_view(event):
                     ops.extend((_SHORT, offset, m, event_id, b))
                     continue
-                reason = _rejection(event, watch, address_views, viewer_views)
+                reason = _rejection(event, address_views, viewer_views)
                 if reason is not None:
                     ops.extend((_REJECT, offset, m, event_id, b, reason))
                     rejected[reason] = rejected.get(reason, 0) + 1
@@ -296,29 +280,13 @@ class _PlanBuilder:
         return plan
 
 
-_DATACENTER = (bots.DATACENTER_IP,)
-_WATCH_ANOMALY = (bots.WATCH_ANOMALY,)
-_VELOCITY = (bots.ADDRESS_VELOCITY,)
-_REPLAY = (bots.REPLAY_RATE,)
-_MAX_ADDRESS = bots.MAX_VIEWS_PER_ADDRESS_MINUTE
-_MAX_REPLAYS = bots.MAX_REPLAYS_PER_DAY
-
-
-def _rejection(event: Event, watch: float, address_views: int, viewer_views: int) -> str | None:
-    """The rejection field of a qualified view (`rejected:<reason>`), or None: the signals of
-    `counting.bots.signals`, with the window-free ones cached, scored by `counting.bots`."""
-    found = _client_signals(event.user_agent, event.ja3)
-    if event.ip is not None and is_datacenter_ip(event.ip):
-        found += _DATACENTER
-    if bots.is_watch_anomaly(watch, event.video_duration_secs):
-        found += _WATCH_ANOMALY
-    if address_views > _MAX_ADDRESS:
-        found += _VELOCITY
-    if viewer_views > _MAX_REPLAYS:
-        found += _REPLAY
+def _rejection(event: Event, address_views: int, viewer_views: int) -> str | None:
+    """The rejection field of a qualified view (`rejected:<reason>`), or None: the signals and the
+    verdict of `counting.bots` (its window-free checks are cached there per value)."""
+    found = bots.signals(event, address_views, viewer_views)
     if not found:
         return None
-    reason = bots.rejection_reason(list(found))
+    reason = bots.rejection_reason(found)
     return None if reason is None else _rejected_field(reason)
 
 

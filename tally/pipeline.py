@@ -28,7 +28,7 @@ from batch_layer.cutoff import check_on_bucket_edge, read_watermark, require_clo
 from batch_layer.errors import BatchError, CutoffNotClosed, WatermarkUnavailable
 from batch_layer.job import BatchResult, compute_batch, publish_batch
 from counting import keys
-from counting.settings import Settings
+from counting.settings import Settings, settings_env
 from warehouse.baseline import current_baseline, read_pointer
 
 log = logging.getLogger(__name__)
@@ -267,18 +267,6 @@ def _spark_env() -> dict[str, str]:
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
     }
-
-
-def settings_env(settings: Settings) -> dict[str, str]:
-    """The settings as TALLY_* variables (the data directory made absolute), so that a child
-    process, or an Airflow task, reads the same ones whatever its working directory."""
-    env: dict[str, str] = {}
-    for name, value in settings.model_dump(mode="json").items():
-        if name == "data_dir":
-            value = str(settings.data_dir.resolve())
-        if value is not None:
-            env[f"TALLY_{name.upper()}"] = str(value)
-    return env
 
 
 def main(argv: Sequence[str] | None = None) -> int:

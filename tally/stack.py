@@ -18,6 +18,7 @@ import redis
 
 from counting import keys
 from counting.settings import Settings
+from counting.settings import settings_env as tally_variables
 from tally.errors import StackError
 from tally.services import is_listening, start_broker, start_redis, wait_for_port
 from tally.topics import ensure_topics
@@ -32,11 +33,8 @@ WORKERS: dict[str, list[str]] = {
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
-    """The TALLY_* environment that gives a child process the same settings."""
-    env = dict(os.environ)
-    for name, value in settings.model_dump().items():
-        env[f"TALLY_{name.upper()}"] = str(value)
-    return env
+    """This process's environment with the TALLY_* variables that give a child the same settings."""
+    return {**os.environ, **tally_variables(settings)}
 
 
 @dataclass

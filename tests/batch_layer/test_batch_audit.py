@@ -19,7 +19,6 @@ from batch_layer.payouts import payout_events_path, run_payouts
 from counting.event import Event
 from counting.settings import Settings
 from counting.traffic import catalog_rows
-from tests.batch_layer.conftest import _write_log  # module scope: the write_log fixture is per test
 from tests.batch_layer.test_batch_payouts import (
     CUTOFF,
     TRAFFIC,
@@ -27,6 +26,7 @@ from tests.batch_layer.test_batch_payouts import (
     payout_settings,
     traffic_events,
 )
+from tests.logfiles import write_log  # module scope: the write_log fixture is per test
 from warehouse.errors import PayoutNotFound
 from warehouse.store import LedgerRow, latest_payout, ledger_rows, open_store
 
@@ -38,7 +38,7 @@ def paid(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> tuple
     """One payout run over generated traffic with bots: its settings (log, store) and its events."""
     settings = payout_settings(tmp_path_factory.mktemp("audit"))
     events = traffic_events(TRAFFIC)
-    _write_log(settings.raw_dir, events)
+    write_log(settings.raw_dir, events)
     run_payouts(settings, "run-1", CUTOFF, spark=spark)
     return settings, events
 

@@ -19,7 +19,8 @@ from batch_layer.series import series_path
 from counting import bots, keys, oracle, rules
 from counting.event import Event
 from counting.settings import Settings
-from warehouse.baseline import COUNT_COLUMNS, BaselineRow, current_baseline
+from tests.logfiles import oracle_rows
+from warehouse.baseline import COUNT_COLUMNS, current_baseline
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -168,22 +169,6 @@ def log() -> list[Event]:
     return gen.events
 
 
-def _expected(events: list[Event], cutoff: int) -> dict[str, BaselineRow]:
-    return {
-        video_id: BaselineRow(
-            video_id=video_id,
-            views=c.views,
-            likes=c.likes,
-            dislikes=c.dislikes,
-            unique_viewers=c.unique_viewers,
-            short_views=c.short_views,
-            repeat_views=c.repeat_views,
-            rejected=c.rejected,
-        )
-        for video_id, c in oracle.count(events, cutoff).items()
-    }
-
-
 def _final_cutoff(events: list[Event], bucket_ms: int) -> int:
     last = max(e.ingest_ts or 0 for e in events)
     return (last // bucket_ms + 1) * bucket_ms
@@ -215,7 +200,7 @@ def test_batch_equals_the_oracle_at_a_cutoff(
 
     baseline = current_baseline(published_log.baselines_dir)
     assert baseline is not None
-    assert baseline.rows == _expected(log, cutoff)
+    assert baseline.rows == oracle_rows(log, cutoff)
     assert (baseline.run_id, baseline.cutoff, baseline.rules_version) == (
         result.run_id,
         cutoff,
@@ -233,7 +218,7 @@ def test_batch_equals_the_oracle_after_everything_and_daily_rows_add_up(
 
     baseline = current_baseline(published_log.baselines_dir)
     assert baseline is not None
-    assert baseline.rows == _expected(log, None)
+    assert baseline.rows == oracle_rows(log, None)
     assert result.events_read == len(log)
 
     daily = pq.read_table(daily_path(published_log, "full"))

@@ -162,3 +162,31 @@ def test_static_signals_of_one_event(make_event):
 def test_ipv4_mapped_ipv6_addresses_are_checked_as_ipv4():
     assert bots.is_datacenter_ip("::ffff:52.0.0.1") is True
     assert bots.is_datacenter_ip("::ffff:24.0.0.1") is False
+
+
+@pytest.mark.parametrize(
+    "ip",
+    [
+        "52.0.0.1",
+        "52.63.255.255",
+        "52.64.0.0",
+        "::ffff:3.1.2.3",
+        "2a05:d000::5",
+        "1.2.3",
+        "x",
+        "fe80::1%eth0",
+    ],
+)
+def test_datacenter_check_equals_plain_membership_in_the_ranges(ip):
+    try:
+        address = ipaddress.ip_address(ip)
+    except ValueError:
+        expected = False
+    else:
+        mapped = getattr(address, "ipv4_mapped", None) or address
+        expected = any(
+            mapped in ipaddress.ip_network(r)
+            for r in bots.DATACENTER_RANGES
+            if ipaddress.ip_network(r).version == mapped.version
+        )
+    assert bots.is_datacenter_ip(ip) == expected

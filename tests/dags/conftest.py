@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tally.airflow import DAGS_FOLDER, airflow_command
-from tests.dags import helpers
+from tests import logfiles
 
 
 @pytest.fixture(scope="session")
@@ -52,6 +52,6 @@ def dag_bag(airflow_home: Path) -> Any:
 
 
 @pytest.fixture
-def write_log() -> helpers.WriteLog:
+def write_log() -> logfiles.WriteLog:
     """Write events under a raw directory in the archiver's hive layout."""
-    return helpers.write_log
+    return logfiles.write_log

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 import redis
 
-from counting import keys, oracle
+from counting import keys
 from counting.event import Event, event_from_dict, stamped
 from counting.rules import RULES_VERSION
 from counting.settings import Settings
 from counting.traffic import TrafficConfig, catalog_rows, generate
 from tally.pipeline import settings_env
-from tests.dags.helpers import WriteLog, hour_folder, log_rows, write_rows
+from tests.logfiles import WriteLog, hour_folder, log_rows, oracle_rows, write_rows
 from warehouse.baseline import BaselineRow, current_baseline, publish_baseline, rows_table, write_table
 from warehouse.migrate import migrate
 from warehouse.store import open_store, upsert_catalog
@@ -58,22 +58,6 @@ def _traffic(start_ms: int, seed: int) -> tuple[TrafficConfig, list[Event]]:
         ingest_ts = start_ms + item.send_at_ms
         events.append(stamped(event_from_dict(item.event, now_ms=ingest_ts), ingest_ts))
     return config, events
-
-
-def _oracle_rows(events: list[Event], cutoff: int) -> dict[str, BaselineRow]:
-    return {
-        video: BaselineRow(
-            video_id=video,
-            views=c.views,
-            likes=c.likes,
-            dislikes=c.dislikes,
-            unique_viewers=c.unique_viewers,
-            short_views=c.short_views,
-            repeat_views=c.repeat_views,
-            rejected=c.rejected,
-        )
-        for video, c in oracle.count(events, cutoff).items()
-    }
 
 
 def _serve_baseline(settings: Settings, cutoff: int, rows: dict[str, BaselineRow]) -> None:
@@ -118,7 +102,7 @@ def test_a_clean_interval_moves_the_served_baseline_to_its_end(
     migrate(settings.store_url)
     with open_store(settings.store_url) as store:
         upsert_catalog(store, catalog_rows(config))
-    _serve_baseline(settings, previous_cutoff, _oracle_rows(events, previous_cutoff))
+    _serve_baseline(settings, previous_cutoff, oracle_rows(events, previous_cutoff))
     redis_client.set(keys.archiver_watermark(), cutoff)
     old = (cutoff - settings.retention_ms) // settings.bucket_ms - 5
     fresh = cutoff // settings.bucket_ms - 1
@@ -137,7 +121,7 @@ def test_a_clean_interval_moves_the_served_baseline_to_its_end(
     served = current_baseline(settings.baselines_dir)
     assert served is not None
     assert (served.run_id, served.cutoff) == (f"interval-{cutoff}", cutoff)
-    assert served.rows == _oracle_rows(events, cutoff)
+    assert served.rows == oracle_rows(events, cutoff)
     assert not redis_client.exists(keys.bucket_counts("vid-x", old), keys.trending(old))
     assert redis_client.exists(keys.bucket_counts("vid-x", fresh), keys.trending(fresh)) == 2
     assert redis_client.zrange(keys.buckets_index("vid-x"), 0, -1) == [str(fresh).encode()]
@@ -153,7 +137,7 @@ def test_a_corrupt_partition_fails_at_validation_and_the_previous_baseline_stays
     previous_cutoff, cutoff = start + HOUR_MS, start + 2 * HOUR_MS
     _, events = _traffic(start, seed=6)
     write_log(settings.raw_dir, events)
-    _serve_baseline(settings, previous_cutoff, _oracle_rows(events, previous_cutoff))
+    _serve_baseline(settings, previous_cutoff, oracle_rows(events, previous_cutoff))
     redis_client.set(keys.archiver_watermark(), cutoff)
     good = [e for e in events if previous_cutoff <= (e.ingest_ts or 0) < cutoff][:3]
     bad = log_rows(good, first_offset=90_000)

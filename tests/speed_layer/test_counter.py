@@ -13,7 +13,6 @@ from counting.event import Event
 from counting.settings import Settings
 from counting.wire import encode_events
 from speed_layer import script
-from speed_layer.addresses import is_datacenter_ip
 from speed_layer.counter import (
     PRESENCE_KEEP_MS,
     event_markers_key,
@@ -135,23 +134,6 @@ def test_verdicts_equal_the_rules_on_random_views(config: Settings) -> None:
     by_event = {op[3]: (op[0] if op[0] == script.VIEW else op[5]) for op in write.ops}
     assert [by_event[e.event_id] for e in events] == expected
     assert len(set(expected)) > 3
-
-
-@pytest.mark.parametrize(
-    "ip",
-    [
-        "52.0.0.1",
-        "52.63.255.255",
-        "52.64.0.0",
-        "::ffff:3.1.2.3",
-        "2a05:d000::5",
-        "1.2.3",
-        "x",
-        "fe80::1%eth0",
-    ],
-)
-def test_the_fast_datacenter_check_equals_the_rules(ip: str) -> None:
-    assert is_datacenter_ip(ip) == bots.is_datacenter_ip(ip)
 
 
 def test_address_velocity_rejects_views_past_the_threshold(config: Settings) -> None:

@@ -1,4 +1,5 @@
-"""Raw logs in the archiver's layout for the DAG tests: events as log rows, files per hour."""
+"""Test helpers shared by the layers' tests: events written as the archiver's Parquet log, and the
+oracle's counts as baseline rows."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from counting import oracle
 from counting.event import Event
 from counting.logschema import LOG_COLUMNS
+from warehouse.baseline import BaselineRow
 
 _ARROW_TYPES = {"string": pa.string(), "int64": pa.int64(), "double": pa.float64()}
 LOG_ARROW_SCHEMA = pa.schema([(name, _ARROW_TYPES[kind]) for name, kind in LOG_COLUMNS])
-
 WriteLog = Callable[[Path, Sequence[Event]], None]
 
 
@@ -52,4 +54,21 @@ def write_log(raw_dir: Path, events: Sequence[Event], files_per_hour: int = 2) -
         for part in range(files_per_hour):
             chunk = rows[part::files_per_hour]
             if chunk:
-                write_rows(folder, f"events-p0-{part:05d}.parquet", chunk)
+                write_rows(folder, f"events-0-{part:05d}.parquet", chunk)
+
+
+def oracle_rows(events: Sequence[Event], cutoff: int | None) -> dict[str, BaselineRow]:
+    """The oracle's counts as of the cutoff, as the baseline rows a batch must publish."""
+    return {
+        video: BaselineRow(
+            video_id=video,
+            views=c.views,
+            likes=c.likes,
+            dislikes=c.dislikes,
+            unique_viewers=c.unique_viewers,
+            short_views=c.short_views,
+            repeat_views=c.repeat_views,
+            rejected=c.rejected,
+        )
+        for video, c in oracle.count(events, cutoff).items()
+    }
