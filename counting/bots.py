@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import socket
+from bisect import bisect_right
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -32,6 +34,27 @@ DATACENTER_RANGES: tuple[str, ...] = (
     "2a05:d000::/25",
 )
 _NETWORKS = tuple(ipaddress.ip_network(r) for r in DATACENTER_RANGES)
+
+
+def _ranges(version: int) -> tuple[list[int], list[int]]:
+    """The ranges of one IP version as sorted, disjoint (first, last) integers: starts and ends."""
+    starts: list[int] = []
+    ends: list[int] = []
+    for n in sorted(_NETWORKS, key=lambda n: int(n.network_address)):
+        first, last = int(n.network_address), int(n.broadcast_address)
+        if n.version != version:
+            continue
+        if ends and first <= ends[-1] + 1:
+            ends[-1] = max(ends[-1], last)
+        else:
+            starts.append(first)
+            ends.append(last)
+    return starts, ends
+
+
+_V4_STARTS, _V4_ENDS = _ranges(4)
+_V6_STARTS, _V6_ENDS = _ranges(6)
+_V4_MAPPED_PREFIX = int(ipaddress.IPv6Address("::ffff:0:0"))
 
 # TLS client fingerprints of scripting libraries and known farms.
 BAD_JA3: frozenset[str] = frozenset(
@@ -84,9 +107,32 @@ def is_scripted_agent(user_agent: str | None) -> bool:
 @lru_cache(maxsize=262_144)
 def is_datacenter_ip(ip: str | None) -> bool:
     """In a data-centre range (an IPv4-mapped IPv6 address counts as its IPv4); remembered per
-    address, since the counter's hot path asks for the same addresses again and again."""
+    address, since the counter's hot path asks for the same addresses again and again.
+
+    Plain addresses are parsed by `socket.inet_pton` (it accepts a strict subset of what
+    `ipaddress` does, about 20 times faster); the rest (e.g. scoped IPv6) go through `ipaddress`."""
     if ip is None:
         return False
+    try:
+        return _in_ranges(int.from_bytes(socket.inet_pton(socket.AF_INET, ip)), _V4_STARTS, _V4_ENDS)
+    except OSError:
+        pass
+    try:
+        value = int.from_bytes(socket.inet_pton(socket.AF_INET6, ip))
+    except OSError:
+        return _is_datacenter_address(ip)
+    if value >> 32 == _V4_MAPPED_PREFIX >> 32:
+        return _in_ranges(value & 0xFFFFFFFF, _V4_STARTS, _V4_ENDS)
+    return _in_ranges(value, _V6_STARTS, _V6_ENDS)
+
+
+def _in_ranges(value: int, starts: list[int], ends: list[int]) -> bool:
+    at = bisect_right(starts, value) - 1
+    return at >= 0 and value <= ends[at]
+
+
+def _is_datacenter_address(ip: str) -> bool:
+    """`is_datacenter_ip` through the `ipaddress` module (forms `inet_pton` refuses)."""
     try:
         address = ipaddress.ip_address(ip)
     except ValueError:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import faust
 
 from counting.settings import Settings
@@ -11,6 +13,19 @@ from speed_layer.app import SESSION_TIMEOUT_S, CrashSwitch, create_archiver_app,
 WORKERS = {"counter": create_counter_app, "archiver": create_archiver_app}
 # Each worker serves /metrics on faust_web_port plus its offset.
 METRICS_PORT_OFFSET = {"counter": 0, "archiver": 1}
+# A worker keeps millions of small objects alive (window counts, caches, key sets): with CPython's
+# default thresholds (700, 10, 10) the cyclic collector rescans them so often that it took about 40 %
+# of the counter's planning time. Young collections are made rarer, and what start-up built (modules,
+# Faust) is frozen out of the scans. Memory stays bounded: nearly all garbage here is freed by
+# reference counting, and the windows and caches drop their old entries.
+GC_THRESHOLDS = (50_000, 20, 100)
+
+
+def tune_gc() -> None:
+    """Freeze the start-up objects and raise the collector's thresholds (see GC_THRESHOLDS)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def run_worker(
@@ -23,6 +38,7 @@ def run_worker(
     """Run the named worker in this process until SIGTERM or SIGINT; return its exit code."""
     crash = CrashSwitch()
     app = WORKERS[name](settings, group, crash, session_timeout)
+    tune_gc()
     metrics.serve(settings.faust_web_port + METRICS_PORT_OFFSET[name], name)
     worker = faust.Worker(app, loglevel=loglevel, quiet=True)
     logs.info("worker_starting", worker=name, app=app.conf.id, broker=settings.kafka_bootstrap)

@@ -190,3 +190,38 @@ def test_datacenter_check_equals_plain_membership_in_the_ranges(ip):
             if ipaddress.ip_network(r).version == mapped.version
         )
     assert bots.is_datacenter_ip(ip) == expected
+
+
+def _membership(ip: str) -> bool:
+    """The datacenter check written plainly with `ipaddress` (the reference)."""
+    try:
+        address = ipaddress.ip_address(ip)
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None) or address
+    return any(
+        n.version == mapped.version and mapped in n for n in map(ipaddress.ip_network, bots.DATACENTER_RANGES)
+    )
+
+
+_EDGES = [
+    int(edge)
+    for r in bots.DATACENTER_RANGES
+    if ipaddress.ip_network(r).version == 4
+    for edge in (ipaddress.ip_network(r).network_address, ipaddress.ip_network(r).broadcast_address)
+]
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.one_of(
+        st.integers(0, 2**32 - 1),
+        st.sampled_from(_EDGES).flatmap(lambda e: st.integers(max(0, e - 2), min(2**32 - 1, e + 2))),
+    ),
+    st.booleans(),
+)
+def test_fast_datacenter_check_equals_ipaddress_on_any_address(value, mapped):
+    ip = str(ipaddress.IPv4Address(value))
+    if mapped:
+        ip = f"::ffff:{ip}"
+    assert bots.is_datacenter_ip(ip) == _membership(ip)
