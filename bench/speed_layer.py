@@ -244,7 +244,7 @@ def counter_run(settings: Settings, records: list[tuple[int, bytes, bytes]], eve
             values = client.mget(names)
             stored = {
                 p: int(v) + 1 if v is not None else 0 for p, v in zip(sorted(ends), values, strict=True)
-            }  # type: ignore[union-attr]
+            }
             if first is None and any(stored.values()):
                 first = time.perf_counter()
                 first_done = sum(stored.values())
