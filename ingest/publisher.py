@@ -170,21 +170,27 @@ class Publisher:
         timeout = self._settings.delivery_timeout_ms / 1000
         shards = await self._shards.of({e.video_id for e in events})
         try:
-            async with self._lock:
-                partitions = await asyncio.wait_for(self._partition_count(producer), timeout)
-                ingest_ts = self._clock()
-                written = [stamped(e, ingest_ts) for e in events]
-                grouped: dict[int, tuple[bytes, list[Event]]] = {}
-                for event in written:
-                    key = record_key(event.video_id, shard_of(event, shards.get(event.video_id, 1)))
-                    grouped.setdefault(partition_for(key, partitions), (key, []))[1].append(event)
-                futures = [
-                    await producer.send(
-                        self._settings.events_topic, value=encode_events(batch), key=key, partition=partition
-                    )
-                    for partition, (key, batch) in sorted(grouped.items())
-                ]
-            await asyncio.wait_for(asyncio.gather(*futures), timeout)
+            # One deadline for the whole write: waiting for the lock, the partition count, room in
+            # the producer's buffer and the acknowledgements (a paused broker is refused in time).
+            async with asyncio.timeout(timeout):
+                async with self._lock:
+                    partitions = await self._partition_count(producer)
+                    ingest_ts = self._clock()
+                    written = [stamped(e, ingest_ts) for e in events]
+                    grouped: dict[int, tuple[bytes, list[Event]]] = {}
+                    for event in written:
+                        key = record_key(event.video_id, shard_of(event, shards.get(event.video_id, 1)))
+                        grouped.setdefault(partition_for(key, partitions), (key, []))[1].append(event)
+                    futures = [
+                        await producer.send(
+                            self._settings.events_topic,
+                            value=encode_events(batch),
+                            key=key,
+                            partition=partition,
+                        )
+                        for partition, (key, batch) in sorted(grouped.items())
+                    ]
+                await asyncio.gather(*futures)
         except (KafkaError, TimeoutError) as exc:
             raise BrokerUnavailable(
                 f"the broker at {self._settings.kafka_bootstrap} did not acknowledge the write "
