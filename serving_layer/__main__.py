@@ -11,7 +11,11 @@ from serving_layer.app import create_app
 def main() -> None:
     settings = Settings()
     uvicorn.run(
-        create_app(settings), host=settings.serving_host, port=settings.serving_port, log_level="warning"
+        create_app(settings),
+        host=settings.serving_host,
+        port=settings.serving_port,
+        log_level="warning",
+        access_log=False,  # at log level warning it printed nothing, but cost a call per request
     )
 
 

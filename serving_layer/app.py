@@ -11,7 +11,8 @@ from typing import Annotated, Any
 
 from fastapi import FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 from redis.asyncio import Redis
 
@@ -22,12 +23,13 @@ from serving_layer.admin import is_admin, raw_events
 from serving_layer.baselines import BaselineCache
 from serving_layer.cache import ReadCache
 from serving_layer.errors import StoreUnavailable
+from serving_layer.fast_path import STATS_PATH, PlainStats
 from serving_layer.live import live_stream
 from serving_layer.metrics import instrument
 from serving_layer.payouts import creator_payouts
-from serving_layer.schemas import ERRORS
+from serving_layer.schemas import ERRORS, error_answer, unavailable
 from serving_layer.speed import top_videos
-from serving_layer.stats import REDIS_ERRORS, StatsReader, now_ms
+from serving_layer.stats import REDIS_ERRORS, Answer, StatsReader, encode_json, now_ms
 from serving_layer.timeseries import MAX_BUCKETS, read_series
 
 STATIC = FilePath(__file__).parent / "static"
@@ -35,8 +37,9 @@ VideoIdPath = Annotated[str, Path(pattern=VIDEO_ID_PATTERN, description="the vid
 UserIdQuery = Annotated[str | None, Query(min_length=1, max_length=64, description="the asking user")]
 
 
-def _error(status: int, field: str, reason: str) -> JSONResponse:
-    return JSONResponse(status_code=status, content={"errors": [{"field": field, "reason": reason}]})
+def _json(content: bytes) -> Response:
+    """JSON text already encoded, answered as FastAPI answers a returned dict."""
+    return Response(content, media_type="application/json")
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -44,7 +47,7 @@ def create_app(settings: Settings) -> FastAPI:
     redis = Redis.from_url(settings.redis_url, socket_timeout=1.0, socket_connect_timeout=1.0)
     baselines = BaselineCache(settings.baselines_dir, settings.batch_dir)
     bound = settings.serving_cache_ms / 1000
-    reader = StatsReader(settings, redis, baselines, ReadCache(), bound, bound / 4)
+    reader = StatsReader(settings, redis, baselines, ReadCache[Answer](), bound, bound / 4)
 
     async def refresh_hot_videos() -> None:
         """Trending videos get a tighter staleness bound: refresh the set every few seconds."""
@@ -71,7 +74,6 @@ def create_app(settings: Settings) -> FastAPI:
         lifespan=lifespan,
         responses=ERRORS,
     )
-    instrument(app)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.exception_handler(RequestValidationError)
@@ -83,17 +85,19 @@ def create_app(settings: Settings) -> FastAPI:
 
     @app.exception_handler(StoreUnavailable)
     async def _unavailable(_: Any, exc: StoreUnavailable) -> JSONResponse:
-        return _error(503, "redis", str(exc))
+        return unavailable(exc)
 
-    @app.get("/v1/videos/{video_id}/stats")
-    async def stats(video_id: VideoIdPath, user_id: UserIdQuery = None) -> dict[str, Any]:
+    @app.get(STATS_PATH, response_model=dict[str, Any])
+    async def stats(video_id: VideoIdPath, user_id: UserIdQuery = None) -> Response:
         """Views, likes, dislikes, unique viewers and presence: baseline(C) + speed buckets >= C."""
-        body = dict(await reader.stats(video_id))
-        if user_id is not None:
-            reaction = await reader.user_reaction(video_id, user_id)
-            body["user_liked"] = None if reaction is None else reaction == rules.LIKED
-            body["user_disliked"] = None if reaction is None else reaction == rules.DISLIKED
-        return body
+        answer = await reader.answer(video_id)
+        if user_id is None:
+            return _json(answer.encoded)
+        body = dict(answer.body)
+        reaction = await reader.user_reaction(video_id, user_id)
+        body["user_liked"] = None if reaction is None else reaction == rules.LIKED
+        body["user_disliked"] = None if reaction is None else reaction == rules.DISLIKED
+        return _json(encode_json(body))
 
     @app.get("/v1/videos/{video_id}/timeseries")
     async def timeseries(
@@ -108,9 +112,10 @@ def create_app(settings: Settings) -> FastAPI:
         end_bucket = -(-end // bucket_ms) if end is not None else last + 1
         start_bucket = start // bucket_ms if start is not None else end_bucket - buckets
         if end_bucket <= start_bucket:
-            return _error(422, "end", f"must be after start (got start={start}, end={end})")
+            return error_answer(422, "end", f"must be after start (got start={start}, end={end})")
         if end_bucket - start_bucket > MAX_BUCKETS:
-            return _error(422, "start", f"range spans more than {MAX_BUCKETS} buckets of {bucket_ms} ms")
+            reason = f"range spans more than {MAX_BUCKETS} buckets of {bucket_ms} ms"
+            return error_answer(422, "start", reason)
         try:
             points = await read_series(
                 redis, baselines, video_id, max(start_bucket, 0), end_bucket, bucket_ms
@@ -151,7 +156,7 @@ def create_app(settings: Settings) -> FastAPI:
         """The creator's payout ledger rows: views, rate, amount, and the run, rules version, input
         files and counted-id digest that `tally audit payout` re-derives them from."""
         if since is not None and until is not None and until < since:
-            return _error(422, "to", f"must not be before 'from' (got from={since}, to={until})")
+            return error_answer(422, "to", f"must not be before 'from' (got from={since}, to={until})")
         rows = await asyncio.to_thread(creator_payouts, settings.store_url, creator_id, since, until)
         return {"creator_id": creator_id, "payouts": rows}
 
@@ -163,7 +168,7 @@ def create_app(settings: Settings) -> FastAPI:
     ) -> Any:
         """The video's events in the raw log and its refused views by reason (admin key required)."""
         if not is_admin(x_admin_key, settings.admin_key):
-            return _error(401, "x-admin-key", "missing or wrong admin key")
+            return error_answer(401, "x-admin-key", "missing or wrong admin key")
         raw = await asyncio.to_thread(raw_events, settings.raw_dir, video_id, limit)
         counts = await reader.stats(video_id)
         return {"video_id": video_id, "rejected": counts["rejected"], **raw}
@@ -197,4 +202,7 @@ def create_app(settings: Settings) -> FastAPI:
         body = {"ready": ready, "redis": redis_ok, "baseline_run_id": baseline.run_id if baseline else None}
         return JSONResponse(status_code=200 if ready else 503, content=body)
 
+    stats_route = next(r for r in app.routes if isinstance(r, APIRoute) and r.path == STATS_PATH)
+    app.add_middleware(PlainStats, reader=reader, route=stats_route)
+    instrument(app)  # added last, so outermost: it times the plain stats reads too
     return app

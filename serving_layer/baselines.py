@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,15 +27,15 @@ class BaselineCache:
 
     def __init__(self, baselines_dir: Path, batch_dir: Path | None = None) -> None:
         self._dir = baselines_dir
+        self._pointer = str(baselines_dir / POINTER)  # stat once per read: a plain string path
         self._batch_dir = batch_dir
         self._stamp: tuple[int, int] | None = None
         self._baseline: Baseline | None = None
         self._series: dict[str, dict[int, BucketCounts]] | None = None
 
     def get(self) -> Baseline | None:
-        pointer = self._dir / POINTER
         try:
-            stat = pointer.stat()
+            stat = os.stat(self._pointer)
         except FileNotFoundError:
             return self._baseline
         stamp = (stat.st_mtime_ns, stat.st_ino)

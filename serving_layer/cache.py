@@ -12,7 +12,9 @@ T = TypeVar("T")
 
 
 @dataclass
-class _Entry(Generic[T]):
+class Entry(Generic[T]):
+    """A cached value and the time its load started."""
+
     value: T
     loaded_at: float
 
@@ -21,17 +23,24 @@ class ReadCache(Generic[T]):
     """Serve a value no older than `max_age` seconds; concurrent misses share one load."""
 
     def __init__(self, max_entries: int = 100_000, clock: Callable[[], float] = time.monotonic) -> None:
-        self._entries: dict[str, _Entry[T]] = {}
+        self._entries: dict[str, Entry[T]] = {}
         self._loading: dict[str, asyncio.Future[T]] = {}
         self._max_entries = max_entries
         self._clock = clock
         self.hits = 0
         self.loads = 0
 
-    async def get(self, key: str, max_age: float, load: Callable[[], Awaitable[T]]) -> T:
+    def fresh(self, key: str, max_age: float) -> Entry[T] | None:
+        """The entry of `key` if it is no older than `max_age` seconds (a hit), else None."""
         entry = self._entries.get(key)
         if entry is not None and max_age > 0 and self._clock() - entry.loaded_at <= max_age:
             self.hits += 1
+            return entry
+        return None
+
+    async def get(self, key: str, max_age: float, load: Callable[[], Awaitable[T]]) -> T:
+        entry = self.fresh(key, max_age)
+        if entry is not None:
             return entry.value
         pending = self._loading.get(key)
         if pending is not None:
@@ -44,7 +53,7 @@ class ReadCache(Generic[T]):
             value = await load()
             if len(self._entries) >= self._max_entries:
                 self._entries.clear()
-            self._entries[key] = _Entry(value, started)
+            self._entries[key] = Entry(value, started)
             future.set_result(value)
             return value
         except BaseException as exc:

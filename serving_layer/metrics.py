@@ -16,6 +16,7 @@ class _Measure:
         self.app = app
         self.requests = requests
         self.latency = latency
+        self._series: dict[tuple[str, str, int], tuple[Histogram, Counter]] = {}  # resolved labels
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -33,10 +34,18 @@ class _Measure:
         try:
             await self.app(scope, receive, sending)
         finally:
-            template = getattr(scope.get("route"), "path", "unmatched")
-            method = scope.get("method", "")
-            self.latency.labels(template, method).observe(time.perf_counter() - started)
-            self.requests.labels(template, method, str(status)).inc()
+            elapsed = time.perf_counter() - started
+            labels = (getattr(scope.get("route"), "path", "unmatched"), scope.get("method", ""), status)
+            series = self._series.get(labels)
+            if series is None:
+                template, method, _ = labels
+                series = (
+                    self.latency.labels(template, method),
+                    self.requests.labels(template, method, str(status)),
+                )
+                self._series[labels] = series
+            series[0].observe(elapsed)
+            series[1].inc()
 
 
 def instrument(app: FastAPI) -> CollectorRegistry:

@@ -3,11 +3,14 @@ the trending videos and the unique-viewer sketches."""
 
 from __future__ import annotations
 
+import hashlib
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
 from redis.asyncio import Redis
+from redis.exceptions import NoScriptError
 
 from counting import keys, rules
 from counting.bots import REASONS
@@ -37,35 +40,84 @@ class SpeedCounts:
 
 _PLAIN = ("views", "likes", "dislikes", "uniques", "short_views", "repeat_views")
 
+# A video's whole speed side in one read-only script. KEYS: its buckets index, presence and viewers;
+# ARGV: the first bucket, the oldest live heartbeat (ms), the prefix of its bucket-counts keys. Every
+# key it reads carries the video's hash tag, so the script stays in one Redis Cluster slot. Answers
+# [buckets, watching, sketched, estimate, field, sum, field, sum, ...]: each field of the bucket
+# hashes summed over the buckets, in order of first sight (what summing them in Python gave).
+_READ_LUA = """
+local buckets = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[1], '+inf')
+local answer = {#buckets, redis.call('ZCOUNT', KEYS[2], ARGV[2], '+inf'), 0, 0}
+if redis.call('TYPE', KEYS[3]).ok == 'string' then
+  answer[3] = 1
+  answer[4] = redis.call('PFCOUNT', KEYS[3])
+end
+local sums, names = {}, {}
+for _, bucket in ipairs(buckets) do
+  local flat = redis.call('HGETALL', ARGV[3] .. string.format('%d', tonumber(bucket)))
+  for i = 1, #flat, 2 do
+    local name = flat[i]
+    if sums[name] == nil then
+      sums[name] = 0
+      names[#names + 1] = name
+    end
+    sums[name] = sums[name] + tonumber(flat[i + 1])
+  end
+end
+for _, name in ipairs(names) do
+  answer[#answer + 1] = name
+  answer[#answer + 1] = sums[name]
+end
+return answer
+"""
+_READ_SHA = hashlib.sha1(_READ_LUA.encode()).hexdigest()
+
 
 async def read_speed(redis: Redis, video_id: str, from_bucket: int, now_ms: int) -> SpeedCounts:
-    """Sum the buckets >= from_bucket of one video (two round trips) and count live sessions."""
-    async with redis.pipeline(transaction=False) as pipe:
-        pipe.zrangebyscore(keys.buckets_index(video_id), from_bucket, "+inf")
-        pipe.zcount(keys.presence(video_id), now_ms - rules.PRESENCE_MS, "+inf")
-        pipe.type(keys.viewers(video_id))
-        buckets, watching, viewers_type = await pipe.execute()
-    counts = SpeedCounts(watching_now=int(watching), buckets=len(buckets))
-    sketched = viewers_type in (b"string", "string")
-    if not buckets and not sketched:
-        return counts
-    async with redis.pipeline(transaction=False) as pipe:
-        for bucket in buckets:
-            pipe.hgetall(keys.bucket_counts(video_id, int(bucket)))
-        if sketched:
-            pipe.pfcount(keys.viewers(video_id))
-        hashes = await pipe.execute()
-    if sketched:
-        counts.viewers_estimate = int(hashes.pop())
-    for values in hashes:
-        for raw_name, raw_value in values.items():
-            name = raw_name.decode() if isinstance(raw_name, bytes) else raw_name
-            value = int(raw_value)
-            if name in _PLAIN:
-                setattr(counts, name, getattr(counts, name) + value)
-            elif name.startswith("rejected:") and name[9:] in REASONS:
-                counts.rejected[name[9:]] = counts.rejected.get(name[9:], 0) + value
+    """Sum the buckets >= from_bucket of one video and count its live sessions (one round trip)."""
+    counts, _ = await read_video(redis, video_id, from_bucket, now_ms, ())
     return counts
+
+
+async def read_video(
+    redis: Redis, video_id: str, from_bucket: int, now_ms: int, owners: Sequence[str]
+) -> tuple[SpeedCounts, bool]:
+    """`read_speed`, and whether any of the `owners` keys exists (`speed_state_keys`), in one round
+    trip: the sums are made by a read-only script next to the data, so a miss of the read cache
+    costs one request to Redis however many buckets the video has."""
+    args: list[str | int] = [keys.buckets_index(video_id), keys.presence(video_id), keys.viewers(video_id)]
+    args += [from_bucket, now_ms - rules.PRESENCE_MS, keys.bucket_counts(video_id, 0).removesuffix("0")]
+    for attempt in (1, 2):
+        try:
+            async with redis.pipeline(transaction=False) as pipe:
+                pipe.evalsha(_READ_SHA, 3, *args)
+                if owners:
+                    pipe.exists(*owners)
+                replies = await pipe.execute()
+            break
+        except NoScriptError:  # a Redis that has not seen the script yet (new, restarted, flushed)
+            if attempt == 2:
+                raise
+            await redis.script_load(_READ_LUA)
+    flat = replies[0]
+    counts = SpeedCounts(watching_now=int(flat[1]), buckets=int(flat[0]))
+    if flat[2]:
+        counts.viewers_estimate = int(flat[3])
+    for i in range(4, len(flat), 2):
+        raw_name = flat[i]
+        name = raw_name.decode() if isinstance(raw_name, bytes) else raw_name
+        value = int(flat[i + 1])
+        if name in _PLAIN:
+            setattr(counts, name, value)
+        elif name.startswith("rejected:") and name[9:] in REASONS:
+            counts.rejected[name[9:]] = value
+    return counts, bool(owners) and int(replies[1]) > 0
+
+
+def speed_state_keys(topic: str, partitions: int) -> tuple[str, ...]:
+    """The keys of which one exists when a counter owns a partition of the topic in this Redis; none
+    when the speed state is new or was lost (flushed, restarted without persistence)."""
+    return tuple(keys.partition_owner(topic, p) for p in range(partitions))
 
 
 async def top_videos(redis: Redis, from_bucket: int, to_bucket: int, n: int) -> list[tuple[str, int]]:
@@ -104,10 +156,3 @@ async def unique_viewers_between(redis: Redis, video_id: str, from_bucket: int, 
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
-
-
-async def has_speed_state(redis: Redis, topic: str, partitions: int) -> bool:
-    """False when no counter owns any partition of the topic in this Redis: the speed state is new
-    or was lost (flushed, restarted without persistence)."""
-    found = await redis.exists(*(keys.partition_owner(topic, p) for p in range(partitions)))
-    return int(found) > 0

@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
@@ -16,13 +17,27 @@ from serving_layer.cache import ReadCache
 from serving_layer.errors import StoreUnavailable
 from serving_layer.merge import merge
 from serving_layer.reactions import read_user_reaction
-from serving_layer.speed import SpeedCounts, has_speed_state, read_speed
+from serving_layer.speed import SpeedCounts, read_video, speed_state_keys
 
 REDIS_ERRORS = (RedisError, OSError)
+_JSON = msgspec.json.Encoder()
+
+
+def encode_json(value: Any) -> bytes:
+    """JSON text as FastAPI's JSON answers have it: compact, UTF-8, keys in their order."""
+    return _JSON.encode(value)
 
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A stats answer and its JSON text, encoded once per load (a cache hit is sent as it is)."""
+
+    body: dict[str, Any]
+    encoded: bytes
 
 
 @dataclass
@@ -32,31 +47,46 @@ class StatsReader:
     settings: Settings
     redis: Redis
     baselines: BaselineCache
-    cache: ReadCache[dict[str, Any]]
+    cache: ReadCache[Answer]
     max_age_secs: float = 1.0
     hot_max_age_secs: float = 0.25
     hot_videos: frozenset[str] = frozenset()
 
+    def __post_init__(self) -> None:
+        self._owners = speed_state_keys(self.settings.events_topic, self.settings.topic_partitions)
+
     async def stats(self, video_id: str) -> dict[str, Any]:
         """The counts of a video (possibly up to `max_age_secs` old); StoreUnavailable when
-        neither Redis nor a baseline can answer."""
-        bound = self.hot_max_age_secs if video_id in self.hot_videos else self.max_age_secs
-        baseline = self.baselines.get()
-        key = f"{baseline.run_id if baseline else '-'}/{video_id}"  # a new baseline is a new entry
-        return await self.cache.get(key, bound, lambda: self._load(video_id))
+        neither Redis nor a baseline can answer. The dict is shared: copy it to change it."""
+        return (await self.answer(video_id)).body
 
-    async def _load(self, video_id: str) -> dict[str, Any]:
+    async def answer(self, video_id: str) -> Answer:
+        """`stats` with its JSON text."""
+        key = self._key(video_id)
+        return await self.cache.get(key, self._bound(video_id), lambda: self._load(video_id))
+
+    def cached(self, video_id: str) -> Answer | None:
+        """The answer `stats` would give from the cache without loading, or None (a load is due)."""
+        entry = self.cache.fresh(self._key(video_id), self._bound(video_id))
+        return entry.value if entry is not None else None
+
+    def _bound(self, video_id: str) -> float:
+        return self.hot_max_age_secs if video_id in self.hot_videos else self.max_age_secs
+
+    def _key(self, video_id: str) -> str:
+        baseline = self.baselines.get()
+        return f"{baseline.run_id if baseline else '-'}/{video_id}"  # a new baseline is a new entry
+
+    async def _load(self, video_id: str) -> Answer:
         now = now_ms()
         baseline = self.baselines.get()
         cutoff = baseline.cutoff if baseline else 0
         degraded: list[str] = []
         speed: SpeedCounts | None = None
         try:
-            speed = await read_speed(
-                self.redis, video_id, rules.bucket_of(cutoff, self.settings.bucket_ms), now
-            )
-            settings = self.settings
-            if not await has_speed_state(self.redis, settings.events_topic, settings.topic_partitions):
+            from_bucket = rules.bucket_of(cutoff, self.settings.bucket_ms)
+            speed, owned = await read_video(self.redis, video_id, from_bucket, now, self._owners)
+            if not owned:
                 degraded.append(
                     "the speed layer has no state in Redis (no counter has run, or Redis lost it): counts "
                     "after the cutoff may be missing; start the counter or run 'tally speed rebuild'"
@@ -71,7 +101,7 @@ class StatsReader:
         if baseline is not None and now - baseline.cutoff > self.settings.retention_ms:
             degraded.append("baseline older than the speed retention: recent counts may be missing")
         merged = merge(video_id, baseline.get(video_id) if baseline else None, speed)
-        return {
+        body = {
             "video_id": video_id,
             "views": merged.views,
             "likes": merged.likes,
@@ -86,6 +116,7 @@ class StatsReader:
             "approx": bool(degraded) or merged.approx,
             "degraded": degraded,
         }
+        return Answer(body, encode_json(body))
 
     async def user_reaction(self, video_id: str, user_id: str) -> str | None:
         """liked / disliked / none, read uncached (strongly consistent); None when Redis is away."""
