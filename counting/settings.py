@@ -33,7 +33,7 @@ class Settings(BaseSettings):
     serving_port: int = 8000
     spark_master: str = "local[2]"
     archiver_flush_ms: int = Field(default=1_000, gt=0, description="longest an archiver batch waits")
-    counter_flush_ms: int = Field(default=200, gt=0, description="longest a counter batch waits")
+    counter_flush_ms: int = Field(default=100, gt=0, description="longest a counter batch waits")
     faust_web_port: int = 6066
     admin_key: str = Field(default="change-me", description="X-Admin-Key of the admin routes")
     collector_key: str = Field(
@@ -44,7 +44,10 @@ class Settings(BaseSettings):
     rate_limit_ip_per_min: int = Field(default=600, gt=0, description="user-route requests per address")
     rate_limit_user_per_min: int = Field(default=120, gt=0, description="user-route requests per user")
     serving_cache_ms: int = Field(
-        default=1_000, ge=0, description="longest a served count may be cached (trending videos: a quarter)"
+        default=250,
+        ge=0,
+        description="longest a served count may be cached (trending videos: a quarter); part of the "
+        "ack-to-visible time, whose p99 target is 1 s",
     )
     database_url: str | None = Field(
         default=None, description="SQLAlchemy URL of the relational store; default: SQLite under data_dir"
