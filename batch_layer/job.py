@@ -20,9 +20,9 @@ from batch_layer import load
 from batch_layer.cutoff import require_closed_cutoff
 from batch_layer.errors import BatchError, InvalidRunId
 from batch_layer.extract import read_log
-from batch_layer.series import bucket_video_counts, write_series
+from batch_layer.series import bucket_totals, write_series
 from batch_layer.session import build_session
-from batch_layer.transform import classify, daily_video_counts, video_counts
+from batch_layer.transform import classify, daily_totals, grain_counts, video_totals
 from counting.errors import TallyError
 from counting.rules import RULES_VERSION
 from counting.settings import Settings
@@ -67,14 +67,15 @@ def compute_batch(
     session = spark if spark is not None else build_session(settings)
     try:
         events = read_log(session, settings.raw_dir, cutoff_ms)
-        classified = classify(events).cache()
+        # Every output adds up from the counts per (video, day, bucket): kept, they are small.
+        grain = grain_counts(classify(events), settings.bucket_ms).cache()
         try:
-            table = load.baseline_table(video_counts(classified))
-            load.write_daily(settings, run_id, RULES_VERSION, daily_video_counts(classified))
-            write_series(settings, run_id, bucket_video_counts(classified, settings.bucket_ms))
+            table = load.baseline_table(video_totals(grain))
+            load.write_daily(settings, run_id, RULES_VERSION, daily_totals(grain))
+            write_series(settings, run_id, bucket_totals(grain))
             events_read = events.count()
         finally:
-            classified.unpersist()
+            grain.unpersist()
         load.write_baseline(settings, run_id, table)
     except (PySparkException, Py4JError, OSError) as exc:
         raise BatchError(

@@ -7,26 +7,31 @@ from pathlib import Path
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from batch_layer.transform import COUNTED, REJECTED, SHORT, floor_div
+from batch_layer.transform import grain_counts
 from counting.settings import Settings
 
 SERIES_DIR = "bucket_video"
 
 
-def bucket_video_counts(classified: DataFrame, bucket_ms: int) -> DataFrame:
-    """Counted, rejected and short views per (video, ingestion bucket): the bucket of the view
-    that counted, exactly as the speed layer files its deltas."""
-    outcome = F.col("outcome")
+def bucket_totals(grain: DataFrame) -> DataFrame:
+    """Counted, rejected and short views per (video, ingestion bucket), added up from
+    `grain_counts` with a bucket size: the bucket of the view that counted, exactly as the speed
+    layer files its deltas."""
     return (
-        classified.where(F.col("type") == "view")
-        .withColumn("bucket", floor_div("ingest_ts", bucket_ms))
+        grain.where(F.col("is_view"))
         .groupBy("video_id", "bucket")
         .agg(
-            F.count_if(outcome == COUNTED).alias("views"),
-            F.count_if(outcome == REJECTED).alias("rejected"),
-            F.count_if(outcome == SHORT).alias("short_views"),
+            *(
+                F.coalesce(F.sum(name), F.lit(0)).cast("long").alias(name)
+                for name in ("views", "rejected", "short_views")
+            )
         )
     )
+
+
+def bucket_video_counts(classified: DataFrame, bucket_ms: int) -> DataFrame:
+    """`bucket_totals` of classified events."""
+    return bucket_totals(grain_counts(classified, bucket_ms))
 
 
 def series_path(settings: Settings, run_id: str) -> Path:

@@ -14,7 +14,7 @@ SHUFFLE_PARTITIONS = 4
 APP_NAME = "tally-batch"
 # A local master runs every task in the driver's JVM: give it room to keep the deduplicated log
 # in memory (Spark's default of 1 GiB spills a 10-million-event log to disk).
-LOCAL_DRIVER_MEMORY = "4g"
+LOCAL_DRIVER_MEMORY = "6g"
 
 # The directory that holds the `batch_layer` and `counting` packages: Python workers of a local
 # master import the rules from there. A cluster gets them through `spark-submit --py-files`.

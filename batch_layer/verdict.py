@@ -9,17 +9,17 @@ driver and applied as a map, so weights, the reject score and the tie-break exis
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
+from functools import reduce
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from counting import bots
 
-ADDRESS_MINUTE_VIEWS = "address_minute_views"
-VIEWER_DAY_VIEWS = "viewer_day_views"
-
-# The signals in the order `bots.signals` lists them (the order the score adds their weights).
+# The signals in the order `bots.signals` lists them (the order the score adds their weights);
+# bit i of a signal mask is signal i. The first four are static: properties of the row alone.
 _ORDER: tuple[bots.Signal, ...] = (
     bots.SCRIPTED_AGENT,
     bots.DATACENTER_IP,
@@ -28,22 +28,33 @@ _ORDER: tuple[bots.Signal, ...] = (
     bots.ADDRESS_VELOCITY,
     bots.REPLAY_RATE,
 )
-_FLAG = {signal.name: f"_is_{signal.name}" for signal in _ORDER}
-STATIC_COLUMNS: tuple[str, ...] = tuple(_FLAG[s.name] for s in _ORDER[:4])
-
+_BIT = {signal.name: 1 << bit for bit, signal in enumerate(_ORDER)}
+STATIC_SIGNALS = "static_signals"
 
 # Up to this many flagged values are matched with an IN list (a hash set); more are broadcast.
 _MAX_IN_LIST = 10_000
 
 
-def _flags_of(frame: DataFrame, column: str, check: Callable[[str | None], bool], flag: str) -> DataFrame:
-    """Add `flag`: whether `check` (a rule of `counting.bots`) holds for the row's `column`.
+def _flagged_values(
+    views: DataFrame, rules: dict[str, tuple[Callable[[str], bool], Column]]
+) -> dict[str, list[str]]:
+    """Per column, its values for which its rule of `counting.bots` holds.
 
-    The rule runs on the driver once per distinct value; only the flagged values (few: bots)
-    travel back to the rows, so no Python worker runs and no row is shuffled for it.
+    `rules` maps a column to its rule and a necessary condition of the rule (values it cannot hold
+    for are left out). One pass gathers the distinct values of every column (few: agents,
+    fingerprints, and the addresses in or near a range); each rule then runs on the driver once
+    per value, so no Python worker runs and no row is shuffled for it.
     """
-    values = frame.select(column).where(F.col(column).isNotNull()).distinct()
-    flagged = sorted(v for (v,) in values.toLocalIterator() if check(v))
+    sets = [F.collect_set(F.when(may_hold, F.col(column))) for column, (_, may_hold) in rules.items()]
+    distinct = views.agg(*sets).first()
+    return {
+        column: sorted(v for v in (distinct[i] if distinct is not None else []) if check(v))
+        for i, (column, (check, _)) in enumerate(rules.items())
+    }
+
+
+def _with_flag(frame: DataFrame, column: str, flagged: list[str], flag: str) -> DataFrame:
+    """Add `flag`: whether the row's `column` is one of the `flagged` values (few: bots)."""
     if not flagged:
         return frame.withColumn(flag, F.lit(False))
     if len(flagged) <= _MAX_IN_LIST:
@@ -54,6 +65,30 @@ def _flags_of(frame: DataFrame, column: str, check: Callable[[str | None], bool]
     return joined.withColumn(flag, F.coalesce(F.col(flag), F.lit(False)))
 
 
+def _may_be_datacenter_ip(ip: Column) -> Column:
+    """A necessary condition of `bots.is_datacenter_ip`, from `bots.DATACENTER_RANGES`.
+
+    An address Python's `ipaddress` accepts without `:` is IPv4 whose first octet is written in
+    plain decimal; an IPv6 one starts with its first group in hex (empty before `::`), and an
+    IPv4-mapped one carries the group `ffff`. So an address of a range starts with one of the
+    range's first octets or groups, or is IPv6 text holding `ffff`; every other value is left out.
+    """
+    octets: set[str] = set()
+    groups: list[tuple[int, int]] = []
+    for text in bots.DATACENTER_RANGES:
+        network = ipaddress.ip_network(text)
+        first, last = int(network.network_address), int(network.broadcast_address)
+        if network.version == 4:
+            octets.update(str(octet) for octet in range(first >> 24, (last >> 24) + 1))
+        else:
+            groups.append((first >> 112, last >> 112))
+    head = F.substring_index(ip, ":", 1)
+    group = F.when(head == "", F.lit(0)).otherwise(F.conv(head, 16, 10).cast("long"))
+    in_v6 = reduce(lambda a, b: a | b, (group.between(lo, hi) for lo, hi in groups), F.lit(False))
+    v6 = F.lower(ip).contains("ffff") | F.coalesce(in_v6, F.lit(False))
+    return F.when(ip.contains(":"), v6).otherwise(F.substring_index(ip, ".", 1).isin(sorted(octets)))
+
+
 def _is_watch_anomaly() -> Column:
     """`bots.is_watch_anomaly` as a Column: over the plausible maximum, or over the video's length."""
     watched, duration = F.col("watch_secs"), F.col("video_duration_secs")
@@ -62,16 +97,40 @@ def _is_watch_anomaly() -> Column:
     return F.coalesce(too_long | over_length, too_long)
 
 
+def _mask(flags: dict[str, Column]) -> Column:
+    """The signal mask of boolean columns, one per signal name (a null flag is not set)."""
+    bits = (F.when(flag, F.lit(_BIT[name])).otherwise(F.lit(0)) for name, flag in flags.items())
+    return reduce(lambda a, b: a + b, bits)
+
+
 def with_static_signals(events: DataFrame) -> DataFrame:
-    """Add the boolean signals a row shows on its own (agent, address, fingerprint, watch time).
+    """Add `static_signals`: the mask of the signals a view shows on its own (agent, address,
+    fingerprint, watch time); null for other rows.
 
     They are properties of the row alone, so they may be computed before deduplication; the
     columns they read (agent, fingerprint, duration) can then be dropped before any shuffle.
     """
-    flagged = _flags_of(events, "user_agent", bots.is_scripted_agent, _FLAG["scripted_agent"])
-    flagged = _flags_of(flagged, "ja3", bots.is_bad_ja3, _FLAG["bad_ja3"])
-    flagged = _flags_of(flagged, "ip", bots.is_datacenter_ip, _FLAG["datacenter_ip"])
-    return flagged.withColumn(_FLAG["watch_anomaly"], F.coalesce(_is_watch_anomaly(), F.lit(False)))
+    names = {name: f"_is_{name}" for name in _BIT}
+    flagged = _flagged_values(
+        events.where(F.col("type") == "view"),  # the only rows the signals matter for
+        {
+            "user_agent": (bots.is_scripted_agent, F.lit(True)),
+            "ja3": (bots.is_bad_ja3, F.lit(True)),
+            "ip": (bots.is_datacenter_ip, _may_be_datacenter_ip(F.col("ip"))),
+        },
+    )
+    signals = {"user_agent": "scripted_agent", "ja3": "bad_ja3", "ip": "datacenter_ip"}
+    for column, signal in signals.items():
+        events = _with_flag(events, column, flagged[column], names[signal])
+    static = {
+        bots.SCRIPTED_AGENT.name: F.col(names["scripted_agent"]),
+        bots.DATACENTER_IP.name: F.col(names["datacenter_ip"]),
+        bots.BAD_TLS.name: F.col(names["bad_ja3"]),
+        bots.WATCH_ANOMALY.name: _is_watch_anomaly(),
+    }
+    mask = F.when(F.col("type") == "view", _mask(static))
+    flag_columns = [names["scripted_agent"], names["bad_ja3"], names["datacenter_ip"]]
+    return events.withColumn(STATIC_SIGNALS, mask).drop(*flag_columns)
 
 
 def _reasons_by_combination() -> dict[int, str]:
@@ -85,35 +144,19 @@ def _reasons_by_combination() -> dict[int, str]:
     return reasons
 
 
-def rejection_reason(address_views: Column, viewer_views: Column) -> Column:
-    """The reason a view is rejected as a bot view (null: it is not), from its static signal
-    columns (`with_static_signals`) and its two window counts."""
-    flags = [F.col(column) for column in STATIC_COLUMNS]
-    flags += [
-        address_views > F.lit(bots.MAX_VIEWS_PER_ADDRESS_MINUTE),
-        viewer_views > F.lit(bots.MAX_REPLAYS_PER_DAY),
-    ]
-    mask = F.lit(0)
-    for bit, flag in enumerate(flags):
-        mask = mask + F.when(flag, F.lit(1 << bit)).otherwise(F.lit(0))
+def is_high_velocity(address_views: Column) -> Column:
+    """`bots.is_high_velocity` of the views from an address in a minute."""
+    return address_views > F.lit(bots.MAX_VIEWS_PER_ADDRESS_MINUTE)
+
+
+def is_replay_loop(viewer_views: Column) -> Column:
+    """`bots.is_replay_loop` of the views of a video by a viewer in a day."""
+    return viewer_views > F.lit(bots.MAX_REPLAYS_PER_DAY)
+
+
+def rejection_reason(static: Column, high_velocity: Column, replay_loop: Column) -> Column:
+    """The reason a view is rejected as a bot view (null: it is not), from its static signal mask
+    (`with_static_signals`) and its two window signals."""
+    window = {bots.ADDRESS_VELOCITY.name: high_velocity, bots.REPLAY_RATE.name: replay_loop}
     table = F.create_map(*(F.lit(item) for pair in _reasons_by_combination().items() for item in pair))
-    return table[mask]
-
-
-def with_window_counts(views: DataFrame) -> DataFrame:
-    """Add the two window counts of each view, over all the views given (deduplicated, every
-    watch time): views from its address in its minute, views of its video by its viewer in its day.
-
-    Expects `viewer` and event-time `minute` and `day` columns beside the event's columns. The
-    viewer window runs on views partitioned by (video_id, viewer), which the counting window of
-    the transform reuses.
-    """
-    per_address = Window.partitionBy("ip", "minute")
-    per_viewer = Window.partitionBy("video_id", "viewer", "day")
-    with_address = views.withColumn(
-        ADDRESS_MINUTE_VIEWS,
-        F.when(F.col("ip").isNull(), F.lit(0)).otherwise(F.count(F.lit(1)).over(per_address)),
-    )
-    return with_address.repartition("video_id", "viewer").withColumn(
-        VIEWER_DAY_VIEWS, F.count(F.lit(1)).over(per_viewer)
-    )
+    return table[static + _mask(window)]
