@@ -7,6 +7,7 @@ counter still running would be fenced out rather than corrupt the rebuilt counts
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,8 +38,13 @@ class RebuildReport:
 
 
 def archived_records(settings: Settings) -> list[Record]:
-    """The archived records of the events topic, in offset order per partition (events of one
-    record in the order the archiver wrote them)."""
+    """The archived records of the events topic in ingestion order: the partitions merged by the
+    records' ingest time, each partition kept in offset order (events of one record in the order
+    the archiver wrote them).
+
+    Ingestion order matters across partitions: when a hot video's shard count grows, a viewer's
+    events move to another partition, and which view of a window counts (the first ingested) and
+    in which bucket a viewer is first seen depend on the order the two partitions are replayed."""
     if not settings.raw_dir.exists() or not any(settings.raw_dir.rglob("*.parquet")):
         return []
     columns = [*EVENT_COLUMNS, "kafka_partition", "kafka_offset"]
@@ -47,10 +53,25 @@ def archived_records(settings: Settings) -> list[Record]:
     for row in table.to_pylist():
         fields = {k: v for k, v in row.items() if k in EVENT_COLUMNS and v is not None}
         grouped.setdefault((row["kafka_partition"], row["kafka_offset"]), []).append(Event(**fields))
-    return [
-        Record(settings.events_topic, partition, offset, encode_events(events))
-        for (partition, offset), events in sorted(grouped.items())
-    ]
+    partitions: dict[int, list[tuple[int, Record]]] = {}
+    for (partition, offset), events in sorted(grouped.items()):
+        ingest_ts = min(e.ingest_ts or 0 for e in events)
+        record = Record(settings.events_topic, partition, offset, encode_events(events))
+        partitions.setdefault(partition, []).append((ingest_ts, record))
+    merged = heapq.merge(*partitions.values(), key=lambda item: (item[0], item[1].partition))
+    return [record for _, record in merged]
+
+
+def partition_runs(records: list[Record], limit: int) -> list[list[Record]]:
+    """Consecutive records of one partition, at most `limit` a run: each run is one write, so the
+    writes follow the records' order across partitions (a plan groups its records by partition)."""
+    runs: list[list[Record]] = []
+    for record in records:
+        if runs and runs[-1][-1].partition == record.partition and len(runs[-1]) < limit:
+            runs[-1].append(record)
+        else:
+            runs.append([record])
+    return runs
 
 
 async def rebuild(
@@ -65,8 +86,7 @@ async def rebuild(
     generations = await writer.claim(settings.events_topic, partitions) if partitions else {}
     windows = ViewWindows()
     events = 0
-    for start in range(0, len(records), RECORDS_PER_WRITE):
-        chunk = records[start : start + RECORDS_PER_WRITE]
+    for chunk in partition_runs(records, RECORDS_PER_WRITE):
         plan = plan_batch(chunk, settings, windows, int(time.time() * 1000), generations=generations)
         await writer.apply(plan.writes)
         events += plan.events
