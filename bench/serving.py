@@ -29,10 +29,9 @@ from typing import Any
 
 import redis
 
+from bench.isolated import isolated_services
 from counting import keys
-from counting.settings import Settings
 from tally.loadgen import post_traffic
-from tally.services import free_port, start_broker, start_redis
 from tally.speedview import counter_caught_up, wait_until
 from tally.stack import start_stack
 from tally.traffic_run import generate_items
@@ -178,17 +177,7 @@ def main() -> None:
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="tally-bench-serving-"))
-    broker = start_broker(free_port(), work / "logs")
-    store = start_redis(free_port(), work / "logs")
-    settings = Settings(
-        data_dir=work / "data",
-        bucket_ms=10_000,
-        kafka_bootstrap=f"127.0.0.1:{broker.port}",
-        redis_url=f"redis://127.0.0.1:{store.port}/0",
-        ingest_port=free_port(),
-        serving_port=free_port(),
-        faust_web_port=free_port(),
-    )
+    broker, store, settings = isolated_services(work)
     stack = start_stack(settings, reset=True)
     stop = threading.Event()
     try:

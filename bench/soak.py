@@ -47,12 +47,12 @@ from typing import Any
 import httpx
 import pyarrow.dataset as ds
 
+from bench.isolated import isolated_services
 from bench.soak_faults import DEFAULT_SCHEDULE, FAULTS, Faults, Rig
 from bench.soak_load import Loader, LoadFigures, MemorySampler, Progress, Reader, latency_figures
 from counting import keys, oracle
 from counting.event import event_from_dict, stamped
 from counting.settings import Settings
-from tally.services import free_port, start_broker, start_redis
 from tally.speedview import counter_caught_up, speed_totals, wait_until
 from tally.stack import start_stack
 
@@ -221,18 +221,7 @@ def _progress_line(rig: Rig, load: LoadFigures, reader: Reader, started: float, 
 
 def soak(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     seconds = args.minutes * 60
-    logs = work / "logs"
-    broker = start_broker(free_port(), logs)
-    store = start_redis(free_port(), logs)
-    settings = Settings(
-        data_dir=work / "data",
-        bucket_ms=10_000,
-        kafka_bootstrap=f"127.0.0.1:{broker.port}",
-        redis_url=f"redis://127.0.0.1:{store.port}/0",
-        ingest_port=free_port(),
-        serving_port=free_port(),
-        faust_web_port=free_port(),
-    )
+    broker, store, settings = isolated_services(work)
     _log(f"starting the stack under {work}")
     rig = Rig(settings, start_stack(settings, reset=True), broker, store, _log)
     ingest, serving = (

@@ -1,13 +1,16 @@
-"""Fixtures of the speed-layer tests: worker subprocesses that are stopped when the test ends."""
+"""Fixtures of the speed-layer tests: worker subprocesses that are stopped when the test ends, and an
+asyncio Redis client on the test's Redis."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
+import redis
+import redis.asyncio as aioredis
 
 from counting.settings import Settings
 from tests.speed_layer.helpers import ROOT, WorkerProcess, worker_env
@@ -35,3 +38,11 @@ def start_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     yield start
     for worker in started:
         worker.stop()
+
+
+@pytest.fixture
+async def aclient(redis_client: redis.Redis, redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    """An asyncio client on the test's Redis (flushed before and after by `redis_client`)."""
+    client = aioredis.Redis.from_url(redis_url)
+    yield client
+    await client.aclose()

@@ -18,6 +18,8 @@ from counting.event import Event
 from counting.oracle import VideoCounts
 from counting.settings import Settings
 from counting.wire import decode_events, encode_events, partition_for, record_key
+from ingest.publisher import shard_of
+from speed_layer.deadletter import DeadLetter
 from speed_layer.records import Record
 from tally.services import stop_process
 from tally.stack import settings_env
@@ -132,9 +134,11 @@ def _as_dict(event: Event) -> dict[str, object]:
     return {f: getattr(event, f) for f in event.__struct_fields__}
 
 
-def pack(events: list[Event], partitions: int, topic: str = "t", per_record: int = 5) -> list[Record]:
+def pack(
+    events: list[Event], partitions: int, topic: str = "t", per_record: int = 5, shards: int = 1
+) -> list[Record]:
     """Records as the ingest API makes them: events of one partition packed (in ingest order),
-    offsets counted per partition."""
+    offsets counted per partition; with `shards`, keyed `video#k` as for a hot video (k by viewer)."""
     pending: dict[int, list[Event]] = {}
     offsets: dict[int, int] = {}
     records: list[Record] = []
@@ -147,7 +151,7 @@ def pack(events: list[Event], partitions: int, topic: str = "t", per_record: int
             records.append(Record(topic, partition, offset, encode_events(batch)))
 
     for event in sorted(events, key=lambda e: e.ingest_ts or 0):
-        partition = partition_for(record_key(event.video_id), partitions)
+        partition = partition_for(record_key(event.video_id, shard_of(event, shards)), partitions)
         pending.setdefault(partition, []).append(event)
         if len(pending[partition]) >= per_record:
             flush(partition)
@@ -237,3 +241,8 @@ def wait_until(
         time.sleep(0.2)
     detail = f"\n--- worker log ---\n{worker.text()[-4000:]}" if worker else ""
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{detail}")
+
+
+async def no_dead_letters(letter: DeadLetter) -> None:
+    """A dead-letter sink for tests whose records must all be counted."""
+    raise AssertionError(f"unexpected dead letter {letter}")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 import redis
 import redis.asyncio as aioredis
@@ -12,30 +10,18 @@ from counting import keys, oracle, rules
 from counting.settings import Settings
 from speed_layer.counter import event_markers_key, plan_batch, window_viewers_key
 from speed_layer.counter_worker import CounterWorker
-from speed_layer.deadletter import DeadLetter
 from speed_layer.records import Record
 from speed_layer.redis_writer import RedisWriter
 from speed_layer.windows import ViewWindows
-from tests.speed_layer.helpers import Traffic, pack, speed_counts
+from tests.speed_layer.helpers import Traffic, no_dead_letters, pack, speed_counts
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def aclient(redis_client: redis.Redis, redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(redis_url)
-    yield client
-    await client.aclose()
-
-
-async def _no_dead_letters(letter: DeadLetter) -> None:
-    raise AssertionError(f"unexpected dead letter {letter}")
 
 
 async def _count(
     settings: Settings, client: aioredis.Redis, records: list[Record], batch: int = 7
 ) -> CounterWorker:
-    worker = CounterWorker(settings, client, _no_dead_letters)
+    worker = CounterWorker(settings, client, no_dead_letters)
     for start in range(0, len(records), batch):
         await worker.handle(records[start : start + batch])
     return worker

@@ -4,7 +4,6 @@ workers, unique viewers (exact sets, then sketches), trending, and fencing a par
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
 
 import pytest
 import redis
@@ -13,65 +12,27 @@ import redis.asyncio as aioredis
 from counting import keys, oracle, rules
 from counting.event import Event
 from counting.settings import Settings
-from counting.wire import encode_events, partition_for, record_key
-from ingest.publisher import shard_of
+from counting.wire import encode_events
 from serving_layer.merge import merge
 from serving_layer.speed import read_speed, top_videos, unique_viewers_between
 from speed_layer.counter import EXACT_VIEWERS_LIMIT
 from speed_layer.counter_worker import CounterWorker
-from speed_layer.deadletter import DeadLetter
 from speed_layer.records import Record
-from tests.speed_layer.helpers import Traffic, speed_counts
+from tests.speed_layer.helpers import Traffic, no_dead_letters, pack, speed_counts
 from warehouse.baseline import BaselineRow
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def aclient(redis_client: redis.Redis, redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(redis_url)
-    yield client
-    await client.aclose()
-
-
-async def _no_dead_letters(letter: DeadLetter) -> None:
-    raise AssertionError(f"unexpected dead letter {letter}")
-
-
-def _pack_sharded(
-    events: list[Event], partitions: int, shards: int, topic: str = "t", per_record: int = 20
-) -> list[Record]:
-    """Records as the ingest API writes a hot video's events: keyed video#k, k by viewer."""
-    pending: dict[int, list[Event]] = {}
-    offsets: dict[int, int] = {}
-    records: list[Record] = []
-
-    def flush(partition: int) -> None:
-        batch = pending.pop(partition, [])
-        if batch:
-            offsets[partition] = offsets.get(partition, -1) + 1
-            records.append(Record(topic, partition, offsets[partition], encode_events(batch)))
-
-    for event in sorted(events, key=lambda e: e.ingest_ts or 0):
-        key = record_key(event.video_id, shard_of(event, shards))
-        partition = partition_for(key, partitions)
-        pending.setdefault(partition, []).append(event)
-        if len(pending[partition]) >= per_record:
-            flush(partition)
-    for partition in list(pending):
-        flush(partition)
-    return records
 
 
 async def test_one_videos_storm_over_several_partitions_and_workers_equals_the_oracle(
     settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
 ) -> None:
     events = Traffic(seed=31, step_ms=15).clean(videos=1, n=3_000)
-    records = _pack_sharded(events, partitions=4, shards=8)
+    records = pack(events, partitions=4, per_record=20, shards=8)
     assert len({r.partition for r in records}) == 4
     # Three workers own the partitions; they run in an arbitrary interleaving of micro-batches.
     owners = {0: 0, 1: 1, 2: 2, 3: 2}
-    workers = [CounterWorker(settings, aclient, _no_dead_letters) for _ in range(3)]
+    workers = [CounterWorker(settings, aclient, no_dead_letters) for _ in range(3)]
     queues = {p: [r for r in records if r.partition == p] for p in range(4)}
     rng = random.Random(3)
     while any(queues.values()):
@@ -94,10 +55,10 @@ async def test_a_partitions_old_owner_is_fenced_out(
 ) -> None:
     traffic = Traffic(seed=32)
     first, second = traffic.mixed(n=60), traffic.mixed(n=60)
-    old = CounterWorker(settings, aclient, _no_dead_letters)
+    old = CounterWorker(settings, aclient, no_dead_letters)
     await old.claim("t", [0])
     stale = old.plan([Record("t", 0, 0, encode_events(first))])
-    new = CounterWorker(settings, aclient, _no_dead_letters)
+    new = CounterWorker(settings, aclient, no_dead_letters)
     await new.claim("t", [0])  # a rebalance gave the partition to another worker
     report = await new.handle(
         [Record("t", 0, 0, encode_events(first)), Record("t", 0, 1, encode_events(second))]
@@ -126,7 +87,7 @@ async def test_trending_ranks_videos_by_counted_views_over_a_window(
     bucket = rules.bucket_of(events[0].ingest_ts or 0, settings.bucket_ms)
     traffic.clock = (bucket + 2) * settings.bucket_ms
     later = [traffic.view("c", f"w{i}") for i in range(9)]
-    worker = CounterWorker(settings, aclient, _no_dead_letters)
+    worker = CounterWorker(settings, aclient, no_dead_letters)
     await worker.handle([Record("t", 0, 0, encode_events(events)), Record("t", 0, 1, encode_events(later))])
 
     assert await top_videos(aclient, bucket, bucket, 10) == [("a", 5), ("b", 3)]
@@ -144,7 +105,7 @@ async def test_unique_viewers_are_exact_then_sketched_past_the_limit_and_merge_w
     traffic.clock += 2 * settings.bucket_ms
     after = [traffic.view("v", f"u{i}", ts=traffic.clock) for i in range(30, 80)]  # 20 seen before too
     cutoff_bucket = rules.bucket_of(after[0].ingest_ts or 0, settings.bucket_ms)
-    worker = CounterWorker(settings, aclient, _no_dead_letters)
+    worker = CounterWorker(settings, aclient, no_dead_letters)
     await worker.handle([Record("t", 0, 0, encode_events(before)), Record("t", 0, 1, encode_events(after))])
 
     baseline = BaselineRow("v", views=50, unique_viewers=50)
@@ -170,7 +131,7 @@ async def test_a_million_distinct_viewers_are_served_within_two_percent(
     n = 1_000_000
     ingest_ts = Traffic(seed=35).clock
     per_record = 2_000
-    worker = CounterWorker(settings, aclient, _no_dead_letters)
+    worker = CounterWorker(settings, aclient, no_dead_letters)
     offset = 0
     for start in range(0, n, 50_000):
         records = []

@@ -3,8 +3,6 @@ offsets, subtracts the grace, never goes back, and keeps moving on an idle topic
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 import redis
 import redis.asyncio as aioredis
@@ -28,13 +26,6 @@ class FakeBroker:
 
     def clock(self) -> float:
         return self.now_ms / 1000
-
-
-@pytest.fixture
-async def aclient(redis_client: redis.Redis, redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(redis_url)
-    yield client
-    await client.aclose()
 
 
 @pytest.fixture
