@@ -21,24 +21,26 @@ def buckets_index(video_id: str) -> str:
 
 
 def event_markers(video_id: str, day: int) -> str:
-    """Hash event_id -> 1 of a video's counted events whose event time falls in `day`: a retry
-    (same id, same ts) finds its id there."""
+    """Hash event_id -> `ingest_ts[|what]` of the applied copy of a video's events whose event time
+    falls in `day`: a retry (same id, same ts) finds its id there."""
     return f"{PREFIX}:{video_tag(video_id)}:e:{day}"
 
 
 def window_viewers(video_id: str, window: int) -> str:
-    """Hash viewer -> 1 of the viewers whose view of a video in a 30-minute window has counted."""
+    """Hash viewer -> `ingest_ts|event_id` of the counted view of each viewer of a video in a
+    30-minute window."""
     return f"{PREFIX}:{video_tag(video_id)}:w:{window}"
 
 
 def viewers(video_id: str) -> str:
-    """The viewers counted for a video: a set of viewer digests below the exact limit, then a
-    HyperLogLog of them."""
+    """The viewers counted for a video: a hash of viewer digests to the first bucket each counted in
+    below the exact limit, then a HyperLogLog of them."""
     return f"{PREFIX}:{video_tag(video_id)}:viewers"
 
 
 def reactions(video_id: str) -> str:
-    """Hash user_id -> `ts|event_id|state`: the latest reaction of each user to the video."""
+    """Hash user_id -> msgpack list of the reactions that decide the user's state in some bucket:
+    [ts, event_id, state, bucket] each (see `speed_layer.script`)."""
     return f"{PREFIX}:{video_tag(video_id)}:reactions"
 
 

@@ -60,6 +60,16 @@ def _video_keys(video_id: str) -> tuple[str, str, str]:
     return keys.viewers(video_id), keys.reactions(video_id), keys.presence(video_id)
 
 
+@lru_cache(maxsize=65_536)
+def _bucket_names(video_id: str) -> tuple[str, str]:
+    """(its bucket-counts key without the bucket number, its buckets index) of a video: the script
+    reaches a bucket outside the plan by number."""
+    return keys.bucket_counts(video_id, 0).removesuffix("0"), keys.buckets_index(video_id)
+
+
+_TRENDING_PREFIX = keys.trending(0).removesuffix("0")
+
+
 @dataclass
 class PartitionPlan:
     """One atomic write: the operations of consecutive records of one partition."""
@@ -69,6 +79,9 @@ class PartitionPlan:
     first_offset: int
     last_offset: int
     generation: int = 0
+    bucket_ms: int = 1
+    now_ms: int = 0
+    retention_ms: int = 0
     videos: list[list[object]] = field(default_factory=list)
     buckets: list[list[object]] = field(default_factory=list)
     shards: list[list[object]] = field(default_factory=list)
@@ -108,6 +121,10 @@ class PartitionPlan:
                 self.buckets,
                 self.shards,
                 self.markers,
+                self.bucket_ms,
+                _TRENDING_PREFIX,
+                self.now_ms,
+                self.retention_ms,
             ]
         )
 
@@ -156,7 +173,16 @@ class _PlanBuilder:
         trims: dict[str, int],
         expiring: set[str],
     ) -> None:
-        self.plan = PartitionPlan(topic, partition, first_offset, first_offset, generation)
+        self.plan = PartitionPlan(
+            topic,
+            partition,
+            first_offset,
+            first_offset,
+            generation,
+            settings.bucket_ms,
+            now_ms,
+            settings.retention_ms,
+        )
         self._expiring = expiring
         self._videos: dict[str, _Video] = {}
         self._bucket_ms = settings.bucket_ms
@@ -235,22 +261,22 @@ class _PlanBuilder:
                 video.seen.add(event_id)
                 address_views, viewer_views = observe(event.ip, ts, video_id, viewer, first_copy)
                 if not rules.is_qualified_view(event):
-                    ops.extend((_SHORT, offset, m, event_id, b))
+                    ops.extend((_SHORT, offset, m, event_id, b, ingest_ts))
                     continue
                 reason = _rejection(event, address_views, viewer_views)
                 if reason is not None:
-                    ops.extend((_REJECT, offset, m, event_id, b, reason))
+                    ops.extend((_REJECT, offset, m, event_id, b, ingest_ts, reason))
                     rejected[reason] = rejected.get(reason, 0) + 1
                     continue
                 window = ts // _WINDOW_MS
                 w = video.windows.get(window) or self._window(video, window)
-                ops.extend((_VIEW, offset, m, event_id, b, w, viewer, viewer_digest(viewer)))
+                ops.extend((_VIEW, offset, m, event_id, b, ingest_ts, w, viewer, viewer_digest(viewer)))
             else:
                 state = _REACTION_STATE.get(kind)
                 user_id = event.user_id
                 if state is None or user_id is None:
                     continue
-                ops.extend((_REACTION, offset, m, event_id, b, user_id, ts, state))
+                ops.extend((_REACTION, offset, m, event_id, b, ingest_ts, user_id, ts, state))
         self.plan.records += 1
 
     @property
@@ -276,7 +302,10 @@ class _PlanBuilder:
             if newest and newest - self._trims.get(video_id, 0) >= rules.PRESENCE_MS:
                 trim_below = newest - PRESENCE_KEEP_MS
                 self._trims[video_id] = newest
-            plan.videos.append([video_id, viewers, reactions, presence, trim_below, beats, video.ops])
+            prefix, index = _bucket_names(video_id)
+            plan.videos.append(
+                [video_id, viewers, reactions, presence, trim_below, beats, video.ops, prefix, index]
+            )
         return plan
 
 

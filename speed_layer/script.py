@@ -2,30 +2,44 @@
 owner, skips records at or below the stored offset, sets markers if absent, compares reactions,
 increments, keeps sketches, trending and shard counts, and stores the offset.
 
-Python decides everything (keys, buckets, verdicts, expiry times); the script only does
-set-if-absent, compare, add and increment, so a batch that did not commit leaves no marker behind.
+Python decides the verdicts, keys, buckets and expiry times; the script only sets if absent,
+compares, adds and increments, so a batch that did not commit leaves no marker behind.
+
+The result does not depend on the order the records are applied in. The counting rules pick the
+first copy of an event and the first view of a viewer in a window by ingestion order, and a
+reaction's state by event time, but a hot video's viewer moves to another partition when its shard
+count grows, and two ingest workers may append to a partition out of time order. So the markers
+hold the ingest time of what they stand for, and an event applied after a later one takes its
+place: a view ingested earlier than the counted one of its window becomes the counted one (the
+other turns into a repeat in its own bucket), a viewer's first bucket moves earlier, a copy ingested
+earlier moves its outcome to its bucket, and a reaction corrects the like deltas of the buckets it
+reaches. Totals and every bucket then equal the oracle's split at any batch cutoff.
 
 KEYS: [partition offset, partition owner]. The plan is one msgpack array in ARGV[1]; the other keys
 it touches travel inside it, built by Python from `counting.keys` (each carries its video's tag):
 
     [last_offset, owner_generation, exact_viewers_limit, videos_index_key, videos, buckets, shards,
-     markers]
+     markers, bucket_ms, trending_key_prefix, now_ms, retention_ms]
 
     videos (one entry per video of the plan):
-      [video_id, viewers_key, reactions_key, presence_key, presence_trim_below, presence, ops]
+      [video_id, viewers_key, reactions_key, presence_key, presence_trim_below, presence, ops,
+       counts_key_prefix, buckets_index_key]
       presence: flat [ingest_ts, session_id, ...]: the newest heartbeat of each session (ZADD GT,
                 idempotent, so it needs no offset check); trim_below 0: no trim this time
       ops: flat, in offset order; each op is its kind, the offset of its record, then its fields:
-        SHORT     offset marker event_id bucket
-        REJECT    offset marker event_id bucket field
-        VIEW      offset marker event_id bucket window viewer viewer_digest
-        REACTION  offset marker event_id bucket user_id ts state
+        SHORT     offset marker event_id bucket ingest_ts
+        REJECT    offset marker event_id bucket ingest_ts field
+        VIEW      offset marker event_id bucket ingest_ts window viewer viewer_digest
+        REACTION  offset marker event_id bucket ingest_ts user_id ts state
     markers: [hash_key, expire_at]: `marker` and `window` in ops index this list. Event ids are
-             fields of a hash per (video, day of event time); counted viewers are fields of a hash
-             per (video, 30-minute window): HSETNX decides, the hash expires as a whole.
+             fields of a hash per (video, day of event time), valued `ingest_ts[|what]` of the
+             applied copy; counted viewers are fields of a hash per (video, 30-minute window),
+             valued `ingest_ts|event_id` of the counted view. The hashes expire as a whole.
     buckets: [counts_key, buckets_index_key, bucket, counts_expire_at, viewers_sketch_key,
               trending_key, video_id, viewers_key, sketch_expire_at, trending_expire_at];
-              `bucket` in ops indexes this list
+              `bucket` in ops indexes this list; a bucket outside the plan is reached by its
+              number (counts_key_prefix .. bucket), made with the same expiry when missing
+    now_ms, retention_ms: for those expiries; a pair's reactions older than the retention fold
 
     An expire_at of 0 means "this worker already gave the key its expiry": the script skips the
     PEXPIREAT (and the buckets-index ZADD that goes with a new counts hash). The script answers
@@ -39,9 +53,10 @@ Unique viewers are kept as `viewer_digest`s (8 bytes of BLAKE2b of the viewer in
 Redis hashes HyperLogLog elements with MurmurHash64A, which spreads look-alike names such as
 `viewer-1`, `viewer-2` badly (-3 % at a million of them); digests spread evenly (0.81 % standard
 error), and 64-bit digests of up to the exact limit's viewers do not collide in practice.
-`viewers_key` is a set of the video's viewer digests while it holds fewer than
-`exact_viewers_limit` of them (each bucket's `uniques` counts the viewers first seen in it, exact);
-at the limit the set is folded into a HyperLogLog under the same key and only the sketch grows.
+`viewers_key` is a hash of the video's viewer digests to the first bucket each was counted in
+while it holds fewer than `exact_viewers_limit` of them (each bucket's `uniques` counts the viewers
+first seen in it, exact); at the limit it is folded into a HyperLogLog under the same key and only
+the sketch grows.
 Every bucket also keeps a HyperLogLog of its counted viewers.
 
 Redis Cluster: the offset, owner, trending and videos-index keys carry no video tag, so one plan
@@ -61,7 +76,7 @@ SHORT = 1
 REJECT = 2
 VIEW = 3
 REACTION = 4
-WIDTH = {SHORT: 5, REJECT: 6, VIEW: 8, REACTION: 8}
+WIDTH = {SHORT: 6, REJECT: 7, VIEW: 9, REACTION: 9}
 
 # Result of the script: [offset stored before, offset stored after, ops applied, ops that were
 # duplicates (their event marker existed), ops skipped (record at or below the stored offset),
@@ -94,9 +109,14 @@ local LIKED, DISLIKED = '$liked', '$disliked'
 local call = redis.call
 local applied, duplicates, skipped = 0, 0, 0
 local buckets, markers = plan[6], plan[8]
-local incr = {}     -- bucket index -> field -> delta
-local marked = {}   -- marker index -> true when a field was set in it
-local viewers = {}  -- bucket index -> list of counted viewers
+local bucket_ms, trending_prefix, now_ms, retention_ms = plan[9], plan[10], plan[11], plan[12]
+local keep_buckets = math.floor(retention_ms / bucket_ms) + 1
+local incr = {}       -- bucket index -> field -> delta
+local marked = {}     -- marker index -> true when a field was set in it
+local viewers = {}    -- bucket index -> digests of the viewers counted in it
+local prefix_of = {}  -- video id -> {prefix of its bucket-counts keys, its buckets index}
+local index_of = nil  -- bucket-counts key -> bucket index (built when first needed)
+local video_id, reactions_key = nil, nil  -- the video being applied
 
 local function bump(b, field, by)
   local fields = incr[b]
@@ -110,6 +130,10 @@ local function variadic(command, key, items)
   end
 end
 
+local function digits(n)
+  return string.format('%d', n)
+end
+
 local function bytes_less(a, b)
   local n = math.min(#a, #b)
   for i = 1, n do
@@ -119,67 +143,230 @@ local function bytes_less(a, b)
   return #a < #b
 end
 
-local function react(key, b, user, ts, event_id, state)
-  local old = call('HGET', key, user)
-  local old_state = 'none'
-  if old then
-    local first = string.find(old, '|', 1, true)
-    local last_bar = first
-    while true do
-      local nxt = string.find(old, '|', last_bar + 1, true)
-      if not nxt then break end
-      last_bar = nxt
-    end
-    local old_ts = tonumber(string.sub(old, 1, first - 1))
-    local old_id = string.sub(old, first + 1, last_bar - 1)
-    if ts < old_ts or (ts == old_ts and not bytes_less(old_id, event_id)) then
-      return
-    end
-    old_state = string.sub(old, last_bar + 1)
+-- The order of the counting rules: ingest time (or event time for reactions), then event id.
+local function before(ts1, id1, ts2, id2)
+  return ts1 < ts2 or (ts1 == ts2 and bytes_less(id1, id2))
+end
+
+-- `ingest_ts|rest` -> ingest_ts, rest (rest nil without a bar)
+local function split(value)
+  local bar = string.find(value, '|', 1, true)
+  if not bar then return tonumber(value), nil end
+  return tonumber(string.sub(value, 1, bar - 1)), string.sub(value, bar + 1)
+end
+
+-- Add to a field of a bucket of `video` by bucket number: in this plan when the plan has the bucket,
+-- else straight in Redis (a bucket made here gets the expiry and index entry Python gives one).
+local function adjust(video, bucket, field, by)
+  local names = prefix_of[video]
+  local key = names[1] .. digits(bucket)
+  if not index_of then
+    index_of = {}
+    for b, entry in ipairs(buckets) do index_of[entry[1]] = b end
   end
-  call('HSET', key, user, string.format('%d', ts) .. '|' .. event_id .. '|' .. state)
-  if old_state ~= state then
-    if old_state == LIKED then bump(b, 'likes', -1) end
-    if old_state == DISLIKED then bump(b, 'dislikes', -1) end
-    if state == LIKED then bump(b, 'likes', 1) end
-    if state == DISLIKED then bump(b, 'dislikes', 1) end
+  local b = index_of[key]
+  if b then
+    bump(b, field, by)
+    return
+  end
+  local expire_at = math.max((bucket + 1) * bucket_ms, now_ms) + retention_ms
+  call('HINCRBY', key, field, by)
+  if call('PTTL', key) == -1 then
+    call('PEXPIREAT', key, expire_at)
+    call('ZADD', names[2], bucket, bucket)
+  end
+  if field == 'views' then
+    local trending = trending_prefix .. digits(bucket)
+    call('ZINCRBY', trending, by, video)
+    if call('PTTL', trending) == -1 then call('PEXPIREAT', trending, expire_at) end
   end
 end
 
+local function count_view(b, digest)
+  bump(b, 'views', 1)
+  local list = viewers[b]
+  if not list then list = {}; viewers[b] = list end
+  list[#list + 1] = digest
+end
+
+-- A qualified view. Of a viewer's views of a video in one window, the first by (ingest_ts,
+-- event_id) counts, in whatever order the views are applied: the window hash holds
+-- `ingest_ts|event_id` of the counted one, and an earlier view takes its place.
+local function view(b, ts, event_id, w, viewer, digest)
+  local key = markers[w][1]
+  local entry = digits(ts) .. '|' .. event_id
+  if call('HSETNX', key, viewer, entry) == 1 then
+    marked[w] = true
+    count_view(b, digest)
+    return
+  end
+  local counted_ts, counted_id = split(call('HGET', key, viewer))
+  if counted_id and before(ts, event_id, counted_ts, counted_id) then
+    call('HSET', key, viewer, entry)
+    local was = math.floor(counted_ts / bucket_ms)
+    adjust(video_id, was, 'views', -1)
+    adjust(video_id, was, 'repeat_views', 1)
+    count_view(b, digest)
+  else
+    bump(b, 'repeat_views', 1)
+  end
+end
+
+-- Likes of a (user, video) pair: after bucket k the pair is in the state of its latest reaction by
+-- (ts, event_id) among those ingested up to k, and each bucket holds the change of state in it.
+-- The reactions hash keeps, per user, the reactions that decide the state in some bucket (a
+-- msgpack list of {ts, event_id, state, bucket}, buckets and orders both increasing), so a
+-- reaction applied out of ingestion order corrects the buckets it reaches.
+local function state_changes(entries, sign, into)
+  local liked, disliked = 0, 0
+  for _, e in ipairs(entries) do
+    local l = (e[3] == LIKED) and 1 or 0
+    local d = (e[3] == DISLIKED) and 1 or 0
+    if l ~= liked or d ~= disliked then
+      local delta = into[e[4]]
+      if not delta then delta = {0, 0}; into[e[4]] = delta end
+      delta[1] = delta[1] + sign * (l - liked)
+      delta[2] = delta[2] + sign * (d - disliked)
+      liked, disliked = l, d
+    end
+  end
+end
+
+local function react(b, user, ts, event_id, state)
+  local bucket = buckets[b][3]
+  local raw = call('HGET', reactions_key, user)
+  local old = {}
+  if raw then
+    if string.byte(raw, 1) >= 0x90 then
+      old = cmsgpack.unpack(raw)
+    else  -- `ts|event_id|state` of an earlier version: taken as ingested before every bucket
+      local first = string.find(raw, '|', 1, true)
+      local last_bar = first
+      while true do
+        local nxt = string.find(raw, '|', last_bar + 1, true)
+        if not nxt then break end
+        last_bar = nxt
+      end
+      old = {{tonumber(string.sub(raw, 1, first - 1)), string.sub(raw, first + 1, last_bar - 1),
+              string.sub(raw, last_bar + 1), 0}}
+    end
+  end
+  local new, placed = {}, false
+  for _, e in ipairs(old) do
+    if e[1] == ts and e[2] == event_id and e[4] <= bucket then
+      return  -- this reaction, applied already (as early or earlier)
+    elseif e[4] <= bucket and before(ts, event_id, e[1], e[2]) then
+      return  -- a later reaction ingested no later: this one never decides a state
+    elseif e[4] >= bucket and not before(ts, event_id, e[1], e[2]) then
+      -- this reaction is later (or the same one, ingested earlier) and ingested no later: drop e
+    else
+      if e[4] > bucket and not placed then
+        new[#new + 1] = {ts, event_id, state, bucket}
+        placed = true
+      end
+      new[#new + 1] = e
+    end
+  end
+  if not placed then new[#new + 1] = {ts, event_id, state, bucket} end
+  local changes = {}
+  state_changes(old, -1, changes)
+  state_changes(new, 1, changes)
+  -- Reactions ingested before the retention fold into the first one kept (their buckets expired).
+  local drop = 0
+  while #new - drop > 1 and (new[drop + 2][4] < bucket - keep_buckets or #new - drop > 64) do
+    drop = drop + 1
+  end
+  if drop > 0 then
+    local kept = {}
+    for j = drop + 1, #new do kept[#kept + 1] = new[j] end
+    new = kept
+  end
+  call('HSET', reactions_key, user, cmsgpack.pack(new))
+  for at, delta in pairs(changes) do
+    if at == bucket then
+      if delta[1] ~= 0 then bump(b, 'likes', delta[1]) end
+      if delta[2] ~= 0 then bump(b, 'dislikes', delta[2]) end
+    else
+      if delta[1] ~= 0 then adjust(video_id, at, 'likes', delta[1]) end
+      if delta[2] ~= 0 then adjust(video_id, at, 'dislikes', delta[2]) end
+    end
+  end
+end
+
+-- The event marker's value: the applied copy's ingest_ts, then what it was unless a qualified view
+-- (`s` short, `a` reaction, the field of a rejection).
+local function marker_value(kind, ops, i)
+  if kind == $view then return ops[i + 5] end
+  local what = 'a'
+  if kind == $short then what = 's' elseif kind == $reject then what = ops[i + 6] end
+  return digits(ops[i + 5]) .. '|' .. what
+end
+
+-- An op whose event marker exists: a copy of an applied event. A copy ingested earlier than the
+-- applied one (it reached another partition, or its partition out of time order) takes its place
+-- and its outcome moves to the copy's bucket. Returns false for a copy that changes nothing.
+local function earlier_copy(kind, ops, i, marker)
+  local ts, b, event_id = ops[i + 5], ops[i + 4], ops[i + 3]
+  local applied_ts, what = split(marker)
+  if not applied_ts or ts >= applied_ts then return false end  -- (`1` of an earlier version too)
+  local was = math.floor(applied_ts / bucket_ms)
+  if kind == $short and what == 's' then
+    adjust(video_id, was, 'short_views', -1)
+    bump(b, 'short_views', 1)
+  elseif kind == $reject and what == ops[i + 6] then
+    adjust(video_id, was, what, -1)
+    bump(b, what, 1)
+  elseif kind == $view and not what then
+    local w, viewer = ops[i + 6], ops[i + 7]
+    local _, counted_id = split(call('HGET', markers[w][1], viewer) or '')
+    if counted_id == event_id then
+      call('HSET', markers[w][1], viewer, digits(ts) .. '|' .. event_id)
+      adjust(video_id, was, 'views', -1)
+      count_view(b, ops[i + 8])
+    else
+      adjust(video_id, was, 'repeat_views', -1)
+      view(b, ts, event_id, w, viewer, ops[i + 8])
+    end
+  elseif kind == $reaction and what == 'a' then
+    react(b, ops[i + 6], ops[i + 7], event_id, ops[i + 8])
+  else
+    return false  -- the copies' verdicts differ (the speed layer's bot windows): the first stays
+  end
+  call('HSET', markers[ops[i + 2]][1], event_id, marker_value(kind, ops, i))
+  return true
+end
+
 for _, video in ipairs(plan[5]) do
-  local reactions_key = video[3]
+  video_id, reactions_key = video[1], video[3]
+  prefix_of[video_id] = {video[8], video[9]}
   local ops = video[7]
   local i, n = 1, #ops
   while i <= n do
     local kind, offset = ops[i], ops[i + 1]
-    local width = 5
-    if kind == $view or kind == $reaction then width = 8
-    elseif kind == $reject then width = 6 end
+    local width = 6
+    if kind == $view or kind == $reaction then width = 9
+    elseif kind == $reject then width = 7 end
     if offset <= stored then
       skipped = skipped + 1
-    elseif call('HSETNX', markers[ops[i + 2]][1], ops[i + 3], 1) == 1 then
-      applied = applied + 1
-      marked[ops[i + 2]] = true
-      local b = ops[i + 4]
-      if kind == $view then
-        if call('HSETNX', markers[ops[i + 5]][1], ops[i + 6], 1) == 1 then
-          marked[ops[i + 5]] = true
-          bump(b, 'views', 1)
-          local list = viewers[b]
-          if not list then list = {}; viewers[b] = list end
-          list[#list + 1] = ops[i + 7]
-        else
-          bump(b, 'repeat_views', 1)
-        end
-      elseif kind == $short then
-        bump(b, 'short_views', 1)
-      elseif kind == $reject then
-        bump(b, ops[i + 5], 1)
-      else
-        react(reactions_key, b, ops[i + 5], ops[i + 6], ops[i + 3], ops[i + 7])
-      end
     else
-      duplicates = duplicates + 1
+      local m, event_id = ops[i + 2], ops[i + 3]
+      if call('HSETNX', markers[m][1], event_id, marker_value(kind, ops, i)) == 1 then
+        applied = applied + 1
+        marked[m] = true
+        local b = ops[i + 4]
+        if kind == $view then
+          view(b, ops[i + 5], event_id, ops[i + 6], ops[i + 7], ops[i + 8])
+        elseif kind == $short then
+          bump(b, 'short_views', 1)
+        elseif kind == $reject then
+          bump(b, ops[i + 6], 1)
+        else
+          react(b, ops[i + 6], ops[i + 7], event_id, ops[i + 8])
+        end
+      else
+        earlier_copy(kind, ops, i, call('HGET', markers[m][1], event_id))
+        duplicates = duplicates + 1
+      end
     end
     i = i + width
   end
@@ -201,34 +388,66 @@ for m in pairs(marked) do
 end
 local written_sketches, written_buckets = {}, {}
 
--- Viewers: per bucket in ascending order, so a viewer counts as new in the first bucket it is in.
+-- Unique viewers: the viewers hash holds each viewer's first bucket (the earliest bucket of a
+-- counted view), and each bucket's `uniques` counts the viewers first seen in it; an earlier
+-- bucket moves the viewer there. A set of an earlier version becomes a hash of viewers seen
+-- before every bucket.
+local function first_buckets(key, digests)
+  local got = redis.pcall('HMGET', key, unpack(digests))
+  if type(got) == 'table' and got.err then
+    if call('TYPE', key).ok ~= 'set' then return nil end
+    local members = call('SMEMBERS', key)
+    call('DEL', key)
+    local pairs_ = {}
+    for _, member in ipairs(members) do pairs_[#pairs_ + 1] = member; pairs_[#pairs_ + 1] = 0 end
+    variadic('HSET', key, pairs_)
+    got = call('HMGET', key, unpack(digests))
+  end
+  return got
+end
+
 local order = {}
 for b = 1, #buckets do order[b] = b end
 table.sort(order, function(x, y) return buckets[x][3] < buckets[y][3] end)
+local sketched = {}
 for _, b in ipairs(order) do
   local list = viewers[b]
   if list then
     local entry = buckets[b]
-    local video_viewers = entry[8]
+    local key, bucket, video = entry[8], entry[3], entry[7]
     variadic('PFADD', entry[5], list)
     if entry[9] > 0 then call('PEXPIREAT', entry[5], entry[9]) end
     written_sketches[#written_sketches + 1] = b
-    local added = 0
-    local sketched = false
-    for j = 1, #list, $chunk do
-      local reply = redis.pcall('SADD', video_viewers, unpack(list, j, math.min(j + $chunk - 1, #list)))
-      if type(reply) == 'table' and reply.err then sketched = true; break end
-      added = added + reply
+    local unique, seen = {}, {}
+    for _, digest in ipairs(list) do
+      if not seen[digest] then seen[digest] = true; unique[#unique + 1] = digest end
     end
-    if sketched then
-      variadic('PFADD', video_viewers, list)
-    else
-      if added > 0 then bump(b, 'uniques', added) end
-      if added > 0 and call('SCARD', video_viewers) >= limit then
-        local members = call('SMEMBERS', video_viewers)
-        call('DEL', video_viewers)
-        variadic('PFADD', video_viewers, members)
+    local added = 0
+    for j = 1, #unique, $chunk do
+      local part = {unpack(unique, j, math.min(j + $chunk - 1, #unique))}
+      local got = not sketched[key] and first_buckets(key, part)
+      if not got then
+        sketched[key] = true
+        variadic('PFADD', key, part)
+      else
+        local changed = {}
+        for k, digest in ipairs(part) do
+          local first = got[k] and tonumber(got[k])
+          if not first or bucket < first then
+            changed[#changed + 1] = digest
+            changed[#changed + 1] = bucket
+            bump(b, 'uniques', 1)
+            if first then adjust(video, first, 'uniques', -1) else added = added + 1 end
+          end
+        end
+        if #changed > 0 then variadic('HSET', key, changed) end
       end
+    end
+    if added > 0 and not sketched[key] and call('HLEN', key) >= limit then
+      local members = call('HKEYS', key)
+      call('DEL', key)
+      variadic('PFADD', key, members)
+      sketched[key] = true
     end
   end
 end
@@ -248,7 +467,7 @@ for b, fields in pairs(incr) do
     written_buckets[#written_buckets + 1] = b
   end
   local views = fields['views']
-  if views and views > 0 then
+  if views and views ~= 0 then
     call('ZINCRBY', entry[6], views, entry[7])
     trending[entry[6]] = entry[10]
   end

@@ -63,10 +63,11 @@ def test_a_view_plan_names_its_keys_bucket_and_viewer(config: Settings) -> None:
     view = t.view("vid", None, session_id="sess")
     [write] = plan_batch([_record([view], offset=41)], config, ViewWindows(), NOW).writes
     [op] = write.ops
-    kind, offset, marker, event_id, bucket_index, window_index, viewer, digest = op
+    kind, offset, marker, event_id, bucket_index, ingest_ts, window_index, viewer, digest = op
     bucket = rules.bucket_of(view.ingest_ts or 0, config.bucket_ms)
     window = rules.view_window_of(view.ts)
     assert (kind, offset, event_id, viewer) == (script.VIEW, 41, view.event_id, "anon:sess")
+    assert ingest_ts == view.ingest_ts
     assert digest == viewer_digest("anon:sess") and len(digest) == 16  # type: ignore[arg-type]
     assert write.markers[marker - 1][0] == event_markers_key("vid", view.ts // rules.DAY_MS)  # type: ignore[operator]
     assert write.markers[window_index - 1][0] == window_viewers_key("vid", window)  # type: ignore[operator]
@@ -75,6 +76,8 @@ def test_a_view_plan_names_its_keys_bucket_and_viewer(config: Settings) -> None:
     assert [v[:4] for v in write.videos] == [
         ["vid", keys.viewers("vid"), keys.reactions("vid"), keys.presence("vid")]
     ]
+    assert write.videos[0][7] + str(bucket) == keys.bucket_counts("vid", bucket)  # type: ignore[operator]
+    assert write.videos[0][8] == keys.buckets_index("vid")
     bucket_end = (bucket + 1) * config.bucket_ms
     assert bucket_index == 1
     assert write.buckets == [
@@ -104,7 +107,7 @@ def test_the_bot_rejection_reason_comes_from_the_rules(config: Settings) -> None
     with mock.patch("counting.bots.rejection_reason", return_value="replay_rate") as reason:
         [write] = plan_batch([_record([view])], config, ViewWindows(), NOW).writes
     assert reason.call_count == 1
-    assert write.ops[0][0] == script.REJECT and write.ops[0][5] == "rejected:replay_rate"
+    assert write.ops[0][0] == script.REJECT and write.ops[0][6] == "rejected:replay_rate"
 
 
 def test_verdicts_equal_the_rules_on_random_views(config: Settings) -> None:
@@ -131,7 +134,7 @@ def test_verdicts_equal_the_rules_on_random_views(config: Settings) -> None:
         found = bots.signals(event, *windows.observe(event))
         reason = bots.rejection_reason(found)
         expected.append(script.VIEW if reason is None else f"rejected:{reason}")
-    by_event = {op[3]: (op[0] if op[0] == script.VIEW else op[5]) for op in write.ops}
+    by_event = {op[3]: (op[0] if op[0] == script.VIEW else op[6]) for op in write.ops}
     assert [by_event[e.event_id] for e in events] == expected
     assert len(set(expected)) > 3
 
@@ -158,7 +161,7 @@ def test_reactions_carry_ts_event_id_and_state(config: Settings) -> None:
     [write] = plan_batch([_record([unlike])], config, ViewWindows(), NOW).writes
     [op] = write.ops
     assert op[3] == unlike.event_id
-    assert op[5:] == ["u9", NOW - 7, rules.NONE]
+    assert op[5:] == [unlike.ingest_ts, "u9", NOW - 7, rules.NONE]
 
 
 def test_poison_records_are_dead_letters_inside_the_offset_range(config: Settings) -> None:
@@ -204,7 +207,7 @@ def test_marker_expiry_is_a_day_past_the_acceptance_horizon_and_never_before_tom
     assert write.markers[fresh_op[2] - 1][1] == (day + 1) * rules.DAY_MS - 1 + horizon  # type: ignore[operator]
     assert write.markers[ancient_op[2] - 1][1] == NOW + rules.DAY_MS  # type: ignore[operator]
     window = rules.view_window_of(fresh.ts)
-    assert write.markers[fresh_op[5] - 1][1] == (window + 1) * rules.VIEW_WINDOW_MS - 1 + horizon  # type: ignore[operator]
+    assert write.markers[fresh_op[6] - 1][1] == (window + 1) * rules.VIEW_WINDOW_MS - 1 + horizon  # type: ignore[operator]
 
 
 def test_heartbeats_keep_the_newest_beat_per_session_and_trim_once_a_minute(config: Settings) -> None:

@@ -1,0 +1,186 @@
+"""The counter's Redis state does not depend on the order records are applied in: a hot video's
+viewer whose events moved to another partition, a retry that reached another partition, or a
+partition appended out of time order still give every bucket the oracle's split at every cutoff."""
+
+from __future__ import annotations
+
+import random
+
+import msgspec
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+from counting import keys, oracle, rules
+from counting.event import Event
+from counting.settings import Settings
+from counting.wire import encode_events
+from speed_layer.counter import viewer_digest
+from speed_layer.counter_worker import CounterWorker
+from speed_layer.records import Record
+from tests.speed_layer.helpers import Traffic, no_dead_letters, speed_counts
+
+pytestmark = pytest.mark.integration
+
+T0 = 1_800_000_000_000  # on a bucket edge of the tests' 2 s buckets
+
+
+def _scatter(events: list[Event], partitions: int, rng: random.Random) -> dict[int, list[Record]]:
+    """Each event on a random partition (as if every viewer's shard changed at random), packed up to
+    four a record; within a partition, neighbours are sometimes appended out of ingest order."""
+    by_partition: dict[int, list[Event]] = {p: [] for p in range(partitions)}
+    for event in sorted(events, key=lambda e: e.ingest_ts or 0):
+        by_partition[rng.randrange(partitions)].append(event)
+    records: dict[int, list[Record]] = {}
+    for partition, mine in by_partition.items():
+        for i in range(len(mine) - 1):
+            if rng.random() < 0.1:
+                mine[i], mine[i + 1] = mine[i + 1], mine[i]
+        packed: list[Record] = []
+        i = 0
+        while i < len(mine):
+            size = rng.randint(1, 4)
+            packed.append(Record("t", partition, len(packed), encode_events(mine[i : i + size])))
+            i += size
+        records[partition] = packed
+    return records
+
+
+def _interleave(records: dict[int, list[Record]], rng: random.Random, reverse: bool) -> list[Record]:
+    """One partition after another (highest first), or a random interleaving that keeps each
+    partition's offset order."""
+    if reverse:
+        return [r for p in sorted(records, reverse=True) for r in records[p]]
+    queues = {p: list(rs) for p, rs in records.items() if rs}
+    out: list[Record] = []
+    while queues:
+        p = rng.choice(sorted(queues))
+        out.append(queues[p].pop(0))
+        if not queues[p]:
+            del queues[p]
+    return out
+
+
+async def _apply(
+    settings: Settings, client: aioredis.Redis, records: list[Record], rng: random.Random
+) -> None:
+    worker = CounterWorker(settings, client, no_dead_letters)
+    i = 0
+    while i < len(records):
+        size = rng.randint(1, 9)
+        await worker.handle(records[i : i + size])
+        i += size
+
+
+def _assert_every_cutoff(client: redis.Redis, events: list[Event], bucket_ms: int) -> None:
+    buckets = sorted({rules.bucket_of(e.ingest_ts or 0, bucket_ms) for e in events})
+    for bucket in [*buckets, buckets[-1] + 1]:
+        expected = oracle.count(events, cutoff=bucket * bucket_ms)
+        actual = {video: speed_counts(client, video, below_bucket=bucket) for video in expected}
+        assert actual == expected, f"split at bucket {bucket}"
+
+
+@pytest.mark.parametrize("seed", range(16))
+async def test_any_application_order_gives_the_oracle_at_every_cutoff(
+    seed: int, settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
+) -> None:
+    rng = random.Random(seed)
+    # Few viewers over a few windows (under the replay threshold even counted twice): many window
+    # repeats, retries and reaction churn per bucket.
+    events = Traffic(seed=seed, now_ms=T0, step_ms=30).clean(videos=2, users=60, n=500)
+    assert len({e.event_id for e in events}) < len(events), "retries present"
+    scattered = _scatter(events, partitions=3, rng=rng)
+    await _apply(settings, aclient, _interleave(scattered, rng, reverse=seed % 2 == 0), rng)
+    _assert_every_cutoff(redis_client, events, settings.bucket_ms)
+
+
+def _view(event_id: str, ingest_ts: int, user: str = "alice") -> Event:
+    return Event(
+        event_id=event_id,
+        type="view",
+        video_id="viral",
+        ts=T0,
+        user_id=user,
+        session_id="s",
+        watch_secs=60.0,
+        ingest_ts=ingest_ts,
+    )
+
+
+def _records(*events: Event) -> list[Record]:
+    return [Record("t", i, 0, encode_events([e])) for i, e in enumerate(events)]
+
+
+def _bucket(client: redis.Redis, ingest_ts: int, bucket_ms: int) -> dict[str, int]:
+    raw = client.hgetall(keys.bucket_counts("viral", ingest_ts // bucket_ms))
+    return {k.decode(): int(v) for k, v in raw.items()}  # type: ignore[union-attr]
+
+
+async def test_an_earlier_view_applied_later_takes_the_count_and_the_first_bucket(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
+) -> None:
+    first, second = _view("a1", T0 + 500), _view("a2", T0 + 5_500)
+    worker = CounterWorker(settings, aclient, no_dead_letters)
+    for record in reversed(_records(first, second)):
+        await worker.handle([record])
+    assert _bucket(redis_client, T0 + 500, settings.bucket_ms) == {"views": 1, "uniques": 1}
+    assert _bucket(redis_client, T0 + 5_500, settings.bucket_ms) == {
+        "views": 0,
+        "uniques": 0,
+        "repeat_views": 1,
+    }
+    score = redis_client.zscore(keys.trending((T0 + 5_500) // settings.bucket_ms), "viral")
+    assert score == 0.0
+
+
+async def test_a_copy_ingested_earlier_moves_the_count_to_its_bucket(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
+) -> None:
+    late_copy, early_copy = _view("a1", T0 + 5_500), _view("a1", T0 + 500)
+    worker = CounterWorker(settings, aclient, no_dead_letters)
+    for record in _records(late_copy, early_copy):
+        await worker.handle([record])
+    assert _bucket(redis_client, T0 + 500, settings.bucket_ms) == {"views": 1, "uniques": 1}
+    assert _bucket(redis_client, T0 + 5_500, settings.bucket_ms) == {"views": 0, "uniques": 0}
+
+
+async def test_a_like_applied_after_its_unlike_still_counts_in_its_own_bucket(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
+) -> None:
+    def reaction(event_id: str, kind: str, at: int) -> Event:
+        return Event(event_id=event_id, type=kind, video_id="viral", ts=at, user_id="bob", ingest_ts=at)
+
+    like, unlike = reaction("r1", "like", T0 + 500), reaction("r2", "unlike", T0 + 5_500)
+    worker = CounterWorker(settings, aclient, no_dead_letters)
+    for record in reversed(_records(like, unlike)):
+        await worker.handle([record])
+    assert _bucket(redis_client, T0 + 500, settings.bucket_ms).get("likes") == 1
+    assert _bucket(redis_client, T0 + 5_500, settings.bucket_ms).get("likes") == -1
+
+
+async def test_state_written_by_the_earlier_layout_keeps_counting(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
+) -> None:
+    # Before this layout: markers and window entries were `1`, the viewers a set, a reaction
+    # `ts|event_id|state`.
+    window = rules.view_window_of(T0)
+    redis_client.hset(keys.event_markers("viral", T0 // rules.DAY_MS), "a1", 1)
+    redis_client.hset(keys.window_viewers("viral", window), "alice", 1)
+    redis_client.sadd(keys.viewers("viral"), viewer_digest("alice"))
+    redis_client.hset(keys.reactions("viral"), "bob", f"{T0}|r1|{rules.LIKED}")
+    old_copy, repeat = _view("a1", T0 + 500), _view("a2", T0 + 600)
+    later_window = Event(**{**msgspec.structs.asdict(_view("a3", T0 + 700)), "ts": T0 + rules.VIEW_WINDOW_MS})
+    newcomer = _view("c1", T0 + 800, user="carol")
+    same_like = Event(event_id="r1", type="like", video_id="viral", ts=T0, user_id="bob", ingest_ts=T0 + 900)
+    unlike = Event(
+        event_id="r2", type="unlike", video_id="viral", ts=T0 + 1, user_id="bob", ingest_ts=T0 + 950
+    )
+    worker = CounterWorker(settings, aclient, no_dead_letters)
+    await worker.handle(_records(old_copy, repeat, later_window, newcomer, same_like, unlike))
+    assert _bucket(redis_client, T0, settings.bucket_ms) == {
+        "views": 2,  # alice's next window and carol
+        "repeat_views": 1,
+        "uniques": 1,  # carol: alice was seen before
+        "likes": -1,  # bob's earlier like is undone
+    }
+    assert redis_client.type(keys.viewers("viral")) == b"hash"
