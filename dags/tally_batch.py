@@ -18,6 +18,7 @@ from typing import Any
 from airflow.sdk import CronDataIntervalTimetable, chain, dag, task
 
 from counting.settings import Settings
+from tally.tasks import after_compute
 
 SCHEDULE = os.environ.get("TALLY_BATCH_SCHEDULE", "0 * * * *")
 
@@ -60,31 +61,6 @@ def tally_batch() -> None:
         return pipeline.compute(Settings(), cutoff, pipeline.interval_run_id(cutoff))
 
     @task
-    def validate_outputs(run: dict[str, Any]) -> str:
-        from tally import pipeline
-        from tally.airflow import gate
-
-        return gate(lambda: pipeline.validate_outputs(Settings(), run))
-
-    @task
-    def publish(run: dict[str, Any]) -> bool:
-        from tally import pipeline
-
-        return pipeline.publish(Settings(), run)
-
-    @task
-    def write_payouts(run: dict[str, Any]) -> int:
-        from tally import pipeline
-
-        return pipeline.write_payouts(Settings(), run)
-
-    @task
-    def build_warehouse() -> str:
-        from tally import pipeline
-
-        return pipeline.build_warehouse(Settings())
-
-    @task
     def expire_speed_buckets(cutoff: int) -> int:
         from tally import pipeline
 
@@ -92,16 +68,7 @@ def tally_batch() -> None:
 
     edge = cutoff()
     run = compute(edge)
-    chain(
-        wait_for_archiver(edge),
-        validate_raw(edge),
-        run,
-        validate_outputs(run),
-        publish(run),
-        write_payouts(run),
-        build_warehouse(),
-        expire_speed_buckets(edge),
-    )
+    chain(wait_for_archiver(edge), validate_raw(edge), run, *after_compute(run), expire_speed_buckets(edge))
 
 
 tally_batch()

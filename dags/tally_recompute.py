@@ -17,6 +17,7 @@ from typing import Any
 from airflow.sdk import Param, chain, dag, task
 
 from counting.settings import Settings
+from tally.tasks import after_compute
 
 
 @dag(
@@ -60,41 +61,9 @@ def tally_recompute() -> None:
 
         return pipeline.compute(Settings(), span["cutoff"], span["run_id"])
 
-    @task
-    def validate_outputs(run: dict[str, Any]) -> str:
-        from tally import pipeline
-        from tally.airflow import gate
-
-        return gate(lambda: pipeline.validate_outputs(Settings(), run))
-
-    @task
-    def publish(run: dict[str, Any]) -> bool:
-        from tally import pipeline
-
-        return pipeline.publish(Settings(), run)
-
-    @task
-    def write_payouts(run: dict[str, Any]) -> int:
-        from tally import pipeline
-
-        return pipeline.write_payouts(Settings(), run)
-
-    @task
-    def build_warehouse() -> str:
-        from tally import pipeline
-
-        return pipeline.build_warehouse(Settings())
-
     span = bounds()
     run = compute(span)
-    chain(
-        validate_raw(span),
-        run,
-        validate_outputs(run),
-        publish(run),
-        write_payouts(run),
-        build_warehouse(),
-    )
+    chain(validate_raw(span), run, *after_compute(run))
 
 
 tally_recompute()
