@@ -235,6 +235,7 @@ class _PlanBuilder:
         bucket_ms = self._bucket_ms
         observe = windows.observe_view
         rejected = self.plan.rejected
+        stamped, stamp = -1, ""
         for event in events:
             video_id = event.video_id
             video = videos.get(video_id)
@@ -243,6 +244,8 @@ class _PlanBuilder:
             video.events += 1
             kind = event.type
             ingest_ts: int = event.ingest_ts  # type: ignore[assignment]  # decode_record checked it
+            if ingest_ts != stamped:  # the script keeps it as text (a record's events share one)
+                stamped, stamp = ingest_ts, str(ingest_ts)
             if kind == "heartbeat":
                 session = event.session_id
                 if session is not None and ingest_ts > video.presence.get(session, -1):
@@ -261,22 +264,22 @@ class _PlanBuilder:
                 video.seen.add(event_id)
                 address_views, viewer_views = observe(event.ip, ts, video_id, viewer, first_copy)
                 if not rules.is_qualified_view(event):
-                    ops.extend((_SHORT, offset, m, event_id, b, ingest_ts))
+                    ops.extend((_SHORT, offset, m, event_id, b, stamp))
                     continue
                 reason = _rejection(event, address_views, viewer_views)
                 if reason is not None:
-                    ops.extend((_REJECT, offset, m, event_id, b, ingest_ts, reason))
+                    ops.extend((_REJECT, offset, m, event_id, b, stamp, reason))
                     rejected[reason] = rejected.get(reason, 0) + 1
                     continue
                 window = ts // _WINDOW_MS
                 w = video.windows.get(window) or self._window(video, window)
-                ops.extend((_VIEW, offset, m, event_id, b, ingest_ts, w, viewer, viewer_digest(viewer)))
+                ops.extend((_VIEW, offset, m, event_id, b, stamp, w, viewer, viewer_digest(viewer)))
             else:
                 state = _REACTION_STATE.get(kind)
                 user_id = event.user_id
                 if state is None or user_id is None:
                     continue
-                ops.extend((_REACTION, offset, m, event_id, b, ingest_ts, user_id, ts, state))
+                ops.extend((_REACTION, offset, m, event_id, b, stamp, user_id, ts, state))
         self.plan.records += 1
 
     @property

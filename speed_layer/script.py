@@ -27,14 +27,14 @@ it touches travel inside it, built by Python from `counting.keys` (each carries 
       presence: flat [ingest_ts, session_id, ...]: the newest heartbeat of each session (ZADD GT,
                 idempotent, so it needs no offset check); trim_below 0: no trim this time
       ops: flat, in offset order; each op is its kind, the offset of its record, then its fields:
-        SHORT     offset marker event_id bucket ingest_ts
+        SHORT     offset marker event_id bucket ingest_ts  (ingest_ts as decimal text)
         REJECT    offset marker event_id bucket ingest_ts field
         VIEW      offset marker event_id bucket ingest_ts window viewer viewer_digest
         REACTION  offset marker event_id bucket ingest_ts user_id ts state
     markers: [hash_key, expire_at]: `marker` and `window` in ops index this list. Event ids are
              fields of a hash per (video, day of event time), valued `ingest_ts[|what]` of the
              applied copy; counted viewers are fields of a hash per (video, 30-minute window),
-             valued `ingest_ts|event_id` of the counted view. The hashes expire as a whole.
+             valued the event id of the counted view. The hashes expire as a whole.
     buckets: [counts_key, buckets_index_key, bucket, counts_expire_at, viewers_sketch_key,
               trending_key, video_id, viewers_key, sketch_expire_at, trending_expire_at];
               `bucket` in ops indexes this list; a bucket outside the plan is reached by its
@@ -190,19 +190,20 @@ local function count_view(b, digest)
 end
 
 -- A qualified view. Of a viewer's views of a video in one window, the first by (ingest_ts,
--- event_id) counts, in whatever order the views are applied: the window hash holds
--- `ingest_ts|event_id` of the counted one, and an earlier view takes its place.
-local function view(b, ts, event_id, w, viewer, digest)
+-- event_id) counts, in whatever order the views are applied: the window hash holds the event id of
+-- the counted one (its ingest time is in its event marker: same video, same day), and an earlier
+-- view takes its place.
+local function view(b, ts, event_id, m, w, viewer, digest)
   local key = markers[w][1]
-  local entry = digits(ts) .. '|' .. event_id
-  if call('HSETNX', key, viewer, entry) == 1 then
+  if call('HSETNX', key, viewer, event_id) == 1 then
     marked[w] = true
     count_view(b, digest)
     return
   end
-  local counted_ts, counted_id = split(call('HGET', key, viewer))
-  if counted_id and before(ts, event_id, counted_ts, counted_id) then
-    call('HSET', key, viewer, entry)
+  local counted_id = call('HGET', key, viewer)
+  local counted_ts = split(call('HGET', markers[m][1], counted_id) or '')
+  if counted_ts and before(tonumber(ts), event_id, counted_ts, counted_id) then
+    call('HSET', key, viewer, event_id)
     local was = math.floor(counted_ts / bucket_ms)
     adjust(video_id, was, 'views', -1)
     adjust(video_id, was, 'repeat_views', 1)
@@ -299,14 +300,14 @@ local function marker_value(kind, ops, i)
   if kind == $view then return ops[i + 5] end
   local what = 'a'
   if kind == $short then what = 's' elseif kind == $reject then what = ops[i + 6] end
-  return digits(ops[i + 5]) .. '|' .. what
+  return ops[i + 5] .. '|' .. what
 end
 
 -- An op whose event marker exists: a copy of an applied event. A copy ingested earlier than the
 -- applied one (it reached another partition, or its partition out of time order) takes its place
 -- and its outcome moves to the copy's bucket. Returns false for a copy that changes nothing.
 local function earlier_copy(kind, ops, i, marker)
-  local ts, b, event_id = ops[i + 5], ops[i + 4], ops[i + 3]
+  local ts, b, event_id = tonumber(ops[i + 5]), ops[i + 4], ops[i + 3]
   local applied_ts, what = split(marker)
   if not applied_ts or ts >= applied_ts then return false end  -- (`1` of an earlier version too)
   local was = math.floor(applied_ts / bucket_ms)
@@ -318,14 +319,12 @@ local function earlier_copy(kind, ops, i, marker)
     bump(b, what, 1)
   elseif kind == $view and not what then
     local w, viewer = ops[i + 6], ops[i + 7]
-    local _, counted_id = split(call('HGET', markers[w][1], viewer) or '')
-    if counted_id == event_id then
-      call('HSET', markers[w][1], viewer, digits(ts) .. '|' .. event_id)
+    if call('HGET', markers[w][1], viewer) == event_id then  -- counted: it stays, earlier
       adjust(video_id, was, 'views', -1)
       count_view(b, ops[i + 8])
     else
       adjust(video_id, was, 'repeat_views', -1)
-      view(b, ts, event_id, w, viewer, ops[i + 8])
+      view(b, ops[i + 5], event_id, ops[i + 2], w, viewer, ops[i + 8])
     end
   elseif kind == $reaction and what == 'a' then
     react(b, ops[i + 6], ops[i + 7], event_id, ops[i + 8])
@@ -355,7 +354,7 @@ for _, video in ipairs(plan[5]) do
         marked[m] = true
         local b = ops[i + 4]
         if kind == $view then
-          view(b, ops[i + 5], event_id, ops[i + 6], ops[i + 7], ops[i + 8])
+          view(b, ops[i + 5], event_id, m, ops[i + 6], ops[i + 7], ops[i + 8])
         elseif kind == $short then
           bump(b, 'short_views', 1)
         elseif kind == $reject then
@@ -392,18 +391,12 @@ local written_sketches, written_buckets = {}, {}
 -- counted view), and each bucket's `uniques` counts the viewers first seen in it; an earlier
 -- bucket moves the viewer there. A set of an earlier version becomes a hash of viewers seen
 -- before every bucket.
-local function first_buckets(key, digests)
-  local got = redis.pcall('HMGET', key, unpack(digests))
-  if type(got) == 'table' and got.err then
-    if call('TYPE', key).ok ~= 'set' then return nil end
-    local members = call('SMEMBERS', key)
-    call('DEL', key)
-    local pairs_ = {}
-    for _, member in ipairs(members) do pairs_[#pairs_ + 1] = member; pairs_[#pairs_ + 1] = 0 end
-    variadic('HSET', key, pairs_)
-    got = call('HMGET', key, unpack(digests))
-  end
-  return got
+local function from_set(key)
+  local members = call('SMEMBERS', key)
+  call('DEL', key)
+  local pairs_ = {}
+  for _, member in ipairs(members) do pairs_[#pairs_ + 1] = member; pairs_[#pairs_ + 1] = 0 end
+  variadic('HSET', key, pairs_)
 end
 
 local order = {}
@@ -418,22 +411,27 @@ for _, b in ipairs(order) do
     variadic('PFADD', entry[5], list)
     if entry[9] > 0 then call('PEXPIREAT', entry[5], entry[9]) end
     written_sketches[#written_sketches + 1] = b
-    local unique, seen = {}, {}
-    for _, digest in ipairs(list) do
-      if not seen[digest] then seen[digest] = true; unique[#unique + 1] = digest end
-    end
     local added = 0
-    for j = 1, #unique, $chunk do
-      local part = {unpack(unique, j, math.min(j + $chunk - 1, #unique))}
-      local got = not sketched[key] and first_buckets(key, part)
-      if not got then
+    for j = 1, #list, $chunk do
+      local part = {unpack(list, j, math.min(j + $chunk - 1, #list))}
+      local firsts = not sketched[key] and redis.pcall('HMGET', key, unpack(part))
+      if firsts and firsts.err then
+        if call('TYPE', key).ok == 'set' then
+          from_set(key)
+          firsts = call('HMGET', key, unpack(part))
+        else
+          firsts = false
+        end
+      end
+      if not firsts then
         sketched[key] = true
         variadic('PFADD', key, part)
       else
-        local changed = {}
+        local changed, seen = {}, {}
         for k, digest in ipairs(part) do
-          local first = got[k] and tonumber(got[k])
-          if not first or bucket < first then
+          local first = firsts[k] and tonumber(firsts[k])
+          if not seen[digest] and (not first or bucket < first) then
+            seen[digest] = true
             changed[#changed + 1] = digest
             changed[#changed + 1] = bucket
             bump(b, 'uniques', 1)

@@ -67,7 +67,7 @@ def test_a_view_plan_names_its_keys_bucket_and_viewer(config: Settings) -> None:
     bucket = rules.bucket_of(view.ingest_ts or 0, config.bucket_ms)
     window = rules.view_window_of(view.ts)
     assert (kind, offset, event_id, viewer) == (script.VIEW, 41, view.event_id, "anon:sess")
-    assert ingest_ts == view.ingest_ts
+    assert ingest_ts == str(view.ingest_ts)
     assert digest == viewer_digest("anon:sess") and len(digest) == 16  # type: ignore[arg-type]
     assert write.markers[marker - 1][0] == event_markers_key("vid", view.ts // rules.DAY_MS)  # type: ignore[operator]
     assert write.markers[window_index - 1][0] == window_viewers_key("vid", window)  # type: ignore[operator]
@@ -161,7 +161,7 @@ def test_reactions_carry_ts_event_id_and_state(config: Settings) -> None:
     [write] = plan_batch([_record([unlike])], config, ViewWindows(), NOW).writes
     [op] = write.ops
     assert op[3] == unlike.event_id
-    assert op[5:] == [unlike.ingest_ts, "u9", NOW - 7, rules.NONE]
+    assert op[5:] == [str(unlike.ingest_ts), "u9", NOW - 7, rules.NONE]
 
 
 def test_poison_records_are_dead_letters_inside_the_offset_range(config: Settings) -> None:
