@@ -59,11 +59,15 @@ first seen in it, exact); at the limit it is folded into a HyperLogLog under the
 the sketch grows.
 Every bucket also keeps a HyperLogLog of its counted viewers.
 
-Redis Cluster: the offset, owner, trending and videos-index keys carry no video tag, so one plan
-needs a single Redis (a cluster answers CROSSSLOT). The way there: one script per (partition,
-video) group, with its offset and owner kept per group under the video's hash tag, and the
-trending and videos-index updates sent after the script (they are idempotent maxima / set adds
-only when keyed by the group's offset, e.g. ZADD of per-group totals).
+Redis Cluster: the offset, owner, trending and videos-index keys carry no video tag, and one plan
+holds many videos, so one plan needs a single Redis (a cluster answers CROSSSLOT). The way there:
+one script per (partition, video group) with the group's offset and owner generation kept under
+its hash tag, and the trending and videos-index updates sent after the script as idempotent
+`ZADD GT` of the bucket's total views (returned by the script, resent on replay) and `SADD`.
+Measured on 200,000 bench events (2,000 videos, 80 plans): one script per (partition, video) made
+27,016 calls instead of 80 and cost about 30 % more Redis CPU per event (11.7-11.9 against
+14.6-15.8 us, same plans), so groups should hold many videos (a hash tag per group of videos
+rather than per video).
 """
 
 from __future__ import annotations
