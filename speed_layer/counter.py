@@ -235,7 +235,7 @@ class _PlanBuilder:
         bucket_ms = self._bucket_ms
         observe = windows.observe_view
         rejected = self.plan.rejected
-        stamped, stamp = -1, ""
+        stamped, stamp, short_mark, reaction_mark = -1, "", "", ""
         for event in events:
             video_id = event.video_id
             video = videos.get(video_id)
@@ -244,8 +244,9 @@ class _PlanBuilder:
             video.events += 1
             kind = event.type
             ingest_ts: int = event.ingest_ts  # type: ignore[assignment]  # decode_record checked it
-            if ingest_ts != stamped:  # the script keeps it as text (a record's events share one)
+            if ingest_ts != stamped:  # the markers' values (a record's events share one ingest_ts)
                 stamped, stamp = ingest_ts, str(ingest_ts)
+                short_mark, reaction_mark = stamp + "|s", stamp + "|a"
             if kind == "heartbeat":
                 session = event.session_id
                 if session is not None and ingest_ts > video.presence.get(session, -1):
@@ -264,11 +265,11 @@ class _PlanBuilder:
                 video.seen.add(event_id)
                 address_views, viewer_views = observe(event.ip, ts, video_id, viewer, first_copy)
                 if not rules.is_qualified_view(event):
-                    ops.extend((_SHORT, offset, m, event_id, b, stamp))
+                    ops.extend((_SHORT, offset, m, event_id, b, short_mark))
                     continue
                 reason = _rejection(event, address_views, viewer_views)
                 if reason is not None:
-                    ops.extend((_REJECT, offset, m, event_id, b, stamp, reason))
+                    ops.extend((_REJECT, offset, m, event_id, b, f"{stamp}|{reason}", reason))
                     rejected[reason] = rejected.get(reason, 0) + 1
                     continue
                 window = ts // _WINDOW_MS
@@ -279,7 +280,7 @@ class _PlanBuilder:
                 user_id = event.user_id
                 if state is None or user_id is None:
                     continue
-                ops.extend((_REACTION, offset, m, event_id, b, stamp, user_id, ts, state))
+                ops.extend((_REACTION, offset, m, event_id, b, reaction_mark, user_id, ts, state))
         self.plan.records += 1
 
     @property

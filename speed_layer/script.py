@@ -27,13 +27,15 @@ it touches travel inside it, built by Python from `counting.keys` (each carries 
       presence: flat [ingest_ts, session_id, ...]: the newest heartbeat of each session (ZADD GT,
                 idempotent, so it needs no offset check); trim_below 0: no trim this time
       ops: flat, in offset order; each op is its kind, the offset of its record, then its fields:
-        SHORT     offset marker event_id bucket ingest_ts  (ingest_ts as decimal text)
-        REJECT    offset marker event_id bucket ingest_ts field
-        VIEW      offset marker event_id bucket ingest_ts window viewer viewer_digest
-        REACTION  offset marker event_id bucket ingest_ts user_id ts state
+        SHORT     offset marker event_id bucket mark
+        REJECT    offset marker event_id bucket mark field
+        VIEW      offset marker event_id bucket mark window viewer viewer_digest
+        REACTION  offset marker event_id bucket mark user_id ts state
+      mark: the event marker's value, text: the ingest_ts, then `|s` (short), `|a` (reaction) or
+            `|` and the field (rejection); a qualified view's is its ingest_ts alone
     markers: [hash_key, expire_at]: `marker` and `window` in ops index this list. Event ids are
-             fields of a hash per (video, day of event time), valued `ingest_ts[|what]` of the
-             applied copy; counted viewers are fields of a hash per (video, 30-minute window),
+             fields of a hash per (video, day of event time), valued the `mark` of the applied
+             copy; counted viewers are fields of a hash per (video, 30-minute window),
              valued the event id of the counted view. The hashes expire as a whole.
     buckets: [counts_key, buckets_index_key, bucket, counts_expire_at, viewers_sketch_key,
               trending_key, video_id, viewers_key, sketch_expire_at, trending_expire_at];
@@ -298,20 +300,11 @@ local function react(b, user, ts, event_id, state)
   end
 end
 
--- The event marker's value: the applied copy's ingest_ts, then what it was unless a qualified view
--- (`s` short, `a` reaction, the field of a rejection).
-local function marker_value(kind, ops, i)
-  if kind == $view then return ops[i + 5] end
-  local what = 'a'
-  if kind == $short then what = 's' elseif kind == $reject then what = ops[i + 6] end
-  return ops[i + 5] .. '|' .. what
-end
-
 -- An op whose event marker exists: a copy of an applied event. A copy ingested earlier than the
 -- applied one (it reached another partition, or its partition out of time order) takes its place
 -- and its outcome moves to the copy's bucket. Returns false for a copy that changes nothing.
 local function earlier_copy(kind, ops, i, marker)
-  local ts, b, event_id = tonumber(ops[i + 5]), ops[i + 4], ops[i + 3]
+  local ts, b, event_id = split(ops[i + 5]), ops[i + 4], ops[i + 3]
   local applied_ts, what = split(marker)
   if not applied_ts or ts >= applied_ts then return false end  -- (`1` of an earlier version too)
   local was = math.floor(applied_ts / bucket_ms)
@@ -335,7 +328,7 @@ local function earlier_copy(kind, ops, i, marker)
   else
     return false  -- the copies' verdicts differ (the speed layer's bot windows): the first stays
   end
-  call('HSET', markers[ops[i + 2]][1], event_id, marker_value(kind, ops, i))
+  call('HSET', markers[ops[i + 2]][1], event_id, ops[i + 5])
   return true
 end
 
@@ -353,7 +346,7 @@ for _, video in ipairs(plan[5]) do
       skipped = skipped + 1
     else
       local m, event_id = ops[i + 2], ops[i + 3]
-      if call('HSETNX', markers[m][1], event_id, marker_value(kind, ops, i)) == 1 then
+      if call('HSETNX', markers[m][1], event_id, ops[i + 5]) == 1 then
         applied = applied + 1
         marked[m] = true
         local b = ops[i + 4]

@@ -161,7 +161,7 @@ def test_reactions_carry_ts_event_id_and_state(config: Settings) -> None:
     [write] = plan_batch([_record([unlike])], config, ViewWindows(), NOW).writes
     [op] = write.ops
     assert op[3] == unlike.event_id
-    assert op[5:] == [str(unlike.ingest_ts), "u9", NOW - 7, rules.NONE]
+    assert op[5:] == [f"{unlike.ingest_ts}|a", "u9", NOW - 7, rules.NONE]
 
 
 def test_poison_records_are_dead_letters_inside_the_offset_range(config: Settings) -> None:
