@@ -184,3 +184,29 @@ async def test_state_written_by_the_earlier_layout_keeps_counting(
         "likes": -1,  # bob's earlier like is undone
     }
     assert redis_client.type(keys.viewers("viral")) == b"hash"
+
+
+@pytest.mark.parametrize("seed", range(12))
+async def test_reaction_churn_in_any_order_gives_the_oracle_at_every_cutoff(
+    seed: int, settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
+) -> None:
+    # Few users reacting many times each, event times unrelated to ingest times, ingested over a
+    # dozen buckets, applied in a random order: every pair's kept reactions span many buckets.
+    rng = random.Random(seed)
+    kinds = ["like", "unlike", "dislike", "undislike"]
+    events = [
+        Event(
+            event_id=f"r{seed}-{i:03d}",
+            type=rng.choice(kinds),  # type: ignore[arg-type]
+            video_id="viral",
+            ts=T0 - rng.randint(0, 50),  # many ties on ts: the event id decides
+            user_id=f"u{rng.randint(0, 2)}",
+            ingest_ts=T0 + rng.randint(0, 12 * settings.bucket_ms),
+        )
+        for i in range(60)
+    ]
+    shuffled = rng.sample(events, len(events))
+    worker = CounterWorker(settings, aclient, no_dead_letters)
+    for partition, event in enumerate(shuffled):  # each its own partition: none is skipped
+        await worker.handle([Record("t", partition, 0, encode_events([event]))])
+    _assert_every_cutoff(redis_client, events, settings.bucket_ms)
