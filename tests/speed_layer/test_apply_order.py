@@ -210,3 +210,28 @@ async def test_reaction_churn_in_any_order_gives_the_oracle_at_every_cutoff(
     for partition, event in enumerate(shuffled):  # each its own partition: none is skipped
         await worker.handle([Record("t", partition, 0, encode_events([event]))])
     _assert_every_cutoff(redis_client, events, settings.bucket_ms)
+
+
+async def test_a_pairs_kept_reactions_stay_within_the_retention(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
+) -> None:
+    kinds = ["like", "unlike"]
+    events = [
+        Event(
+            event_id=f"r{i:03d}",
+            type=kinds[i % 2],  # type: ignore[arg-type]
+            video_id="viral",
+            ts=T0 + i,
+            user_id="bob",
+            ingest_ts=T0 + i * settings.bucket_ms,
+        )
+        for i in range(101)
+    ]
+    worker = CounterWorker(settings, aclient, no_dead_letters)
+    for event in events:
+        await worker.handle([Record("t", 0, int(event.event_id[1:]), encode_events([event]))])
+    kept = msgspec.msgpack.decode(redis_client.hget(keys.reactions("viral"), "bob"))  # type: ignore[arg-type]
+    retention_buckets = settings.retention_ms // settings.bucket_ms
+    assert 1 < len(kept) <= retention_buckets + 2
+    assert kept[-1][:3] == [T0 + 100, "r100", rules.LIKED]
+    assert speed_counts(redis_client, "viral").likes == oracle.count(events)["viral"].likes == 1
