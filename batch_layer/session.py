@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -31,6 +33,11 @@ def build_session(settings: Settings, app_name: str = APP_NAME) -> SparkSession:
         .config("spark.sql.warehouse.dir", str((settings.data_dir / "spark-warehouse").resolve()))
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
+        # Retries are deduplicated by `row_number() == 1` per event_id. Spark's default adds a
+        # group limit before the shuffle, which sorts every input split by event_id to drop the
+        # copies within a split: they are rare (a retry lands in a later file), so that sort of
+        # the whole log bought almost nothing.
+        .config("spark.sql.optimizer.windowGroupLimitThreshold", "-1")
     )
     if settings.spark_master.startswith("local"):
         # Local Python workers run this interpreter (PySpark's default is `python3` on the PATH).
@@ -41,3 +48,23 @@ def build_session(settings: Settings, app_name: str = APP_NAME) -> SparkSession:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+_BYPASS_PARTIAL_AGGREGATION = "spark.sql.execution.bypassPartialAggregation"
+
+
+@contextmanager
+def partial_aggregation_bypassed(spark: SparkSession) -> Iterator[None]:
+    """Plan the aggregations of the actions run inside without their map-side partial step.
+
+    For a grouping whose keys are nearly all distinct within an input split (an event id, an
+    address and minute) the partial hash table merges nothing and costs as much as the final
+    one. Every other aggregation keeps it, so the setting is scoped to the actions that need it
+    (an eager action: the plan is made and run inside) and restored after.
+    """
+    before = spark.conf.get(_BYPASS_PARTIAL_AGGREGATION, "false")
+    spark.conf.set(_BYPASS_PARTIAL_AGGREGATION, "true")
+    try:
+        yield
+    finally:
+        spark.conf.set(_BYPASS_PARTIAL_AGGREGATION, before or "false")

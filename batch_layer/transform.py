@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, Window, WindowSpec
+from collections.abc import Callable
+
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from batch_layer.retries import without_retries
+from batch_layer.session import partial_aggregation_bypassed
 from batch_layer.verdict import (
     STATIC_SIGNALS,
     is_high_velocity,
@@ -57,18 +61,6 @@ def viewer() -> Column:
     return F.coalesce(F.col("user_id"), F.concat(F.lit(ANON_PREFIX), F.col("session_id")))
 
 
-def deduplicate(events: DataFrame) -> DataFrame:
-    """One row per event_id: its first copy by `rules.first_copy_order` (ingest_ts, event_id).
-
-    Copies of one event_id ingested in the same millisecond are one broker write read twice; the
-    Kafka position then picks one, so the result does not depend on the order of the files.
-    """
-    first = Window.partitionBy("event_id").orderBy(
-        F.col("ingest_ts").asc_nulls_first(), F.col("kafka_partition"), F.col("kafka_offset")
-    )
-    return events.withColumn("_copy", F.row_number().over(first)).where(F.col("_copy") == 1).drop("_copy")
-
-
 def _is_qualified() -> Column:
     """`rules.is_qualified_view` on a view: watched at least the minimum (NaN never qualifies)."""
     watched = F.coalesce(F.col("watch_secs"), F.lit(0.0))
@@ -84,14 +76,10 @@ def _busy_addresses(views: DataFrame) -> DataFrame:
         .agg(F.count(F.lit(1)).alias("_views"))
         .where(is_high_velocity(F.col("_views")))
         .select("ip", "minute", F.lit(True).alias("_busy"))
-        .localCheckpoint(eager=True)
     )
+    with partial_aggregation_bypassed(views.sparkSession):  # nearly every pair is distinct
+        pairs = pairs.localCheckpoint(eager=True)
     return F.broadcast(pairs) if pairs.count() <= _MAX_BROADCAST_PAIRS else pairs
-
-
-def _first(candidate: Column, in_window: WindowSpec) -> Column:
-    """Whether the row is the first `candidate` of its window (rows in counting order)."""
-    return candidate & (F.count_if(candidate).over(in_window) == 1)
 
 
 def _view_outcomes(views: DataFrame) -> DataFrame:
@@ -100,57 +88,90 @@ def _view_outcomes(views: DataFrame) -> DataFrame:
     whether it is the first counted view of its viewer for the video (`new_viewer`), and of that
     day (`new_viewer_day`).
 
-    Every window below is ordered by (video, viewer, day, view window, ingestion order): the views
-    are shuffled once, by (video, viewer), and sorted once. A view window lies within its day, so
-    the replay signal (per video, viewer and day) is one for the whole window: the first candidate
-    is taken both ways and the signal picks one.
+    The views are shuffled once, by a 64-bit hash of (video, viewer), and sorted once, by that
+    hash, then (video, viewer, day, view window, ingestion order): with the hash first, almost
+    every comparison of the sort is settled in its prefix array instead of by reading two rows.
+    Two window operators follow on that one order:
+
+    - per (video, viewer, day): the views of the day (the replay signal) and, for each value of
+      the replay signal (constant over a day), the latest view window before this view holding a
+      candidate (a qualified view the other signals do not reject). A candidate is the first of
+      its view window when no earlier candidate is in its window, and the first of its day when
+      there is no earlier candidate at all; the replay signal then picks one of the two values.
+    - per (video, viewer): whether an earlier day already brought a first counted view.
     """
     busy = F.coalesce(F.col("_busy"), F.lit(False))
-    order = [F.col("view_window"), F.col("ingest_ts").asc_nulls_first(), F.col("event_id")]
-    whole = (Window.unboundedPreceding, Window.unboundedFollowing)
-    so_far = (Window.unboundedPreceding, Window.currentRow)
-    in_window = Window.partitionBy("video_id", "viewer", "day", "view_window").orderBy(*order[1:])
-    in_day = Window.partitionBy("video_id", "viewer", "day").orderBy(*order)
-    of_viewer = Window.partitionBy("video_id", "viewer").orderBy("day", *order)
     static, qualified = F.col(STATIC_SIGNALS), F.col("qualified")
+    viewer_key = ["_viewer_hash", "video_id", "viewer"]
+    order = [F.col("view_window"), F.col("ingest_ts").asc_nulls_first(), F.col("event_id")]
+    in_day = Window.partitionBy(*viewer_key, "day").orderBy(*order)
+    of_viewer = Window.partitionBy(*viewer_key).orderBy("day", *order)
+    before = (Window.unboundedPreceding, -1)
+    whole = (Window.unboundedPreceding, Window.unboundedFollowing)
+    hypotheses = {"human": False, "looping": True}
 
-    def candidate(replay_loop: bool) -> Column:
-        return qualified & rejection_reason(static, busy, F.lit(replay_loop)).isNull()
+    def candidate(loop: bool) -> Column:
+        return F.col(f"_candidate_{'looping' if loop else 'human'}")
 
-    windows = views.join(_busy_addresses(views), on=["ip", "minute"], how="left").repartition(
-        "video_id", "viewer"
-    )
-    # Each window operator computes its columns for both values of the replay signal (constant
-    # over a day): the first candidate of each view window, then whether it is the first of its day.
-    hypotheses = (("human", False), ("looping", True))
-    windows = windows.withColumns(
-        {
-            f"_first_{name}": _first(candidate(loop), in_window.rowsBetween(*so_far))
-            for name, loop in hypotheses
-        }
+    # Only what the windows and the outcome read crosses the shuffle and fills the window buffers;
+    # whether a view is a candidate is decided once, for both values of the replay signal.
+    windows = (
+        views.join(_busy_addresses(views), on=["ip", "minute"], how="left")
+        .select(
+            "event_id",
+            "video_id",
+            "viewer",
+            "ts",
+            "ingest_ts",
+            "day",
+            "view_window",
+            STATIC_SIGNALS,
+            "qualified",
+            busy.alias("_busy"),
+            F.xxhash64("video_id", "viewer").alias("_viewer_hash"),
+            *(
+                (qualified & rejection_reason(static, busy, F.lit(loop)).isNull()).alias(f"_candidate_{name}")
+                for name, loop in hypotheses.items()
+            ),
+        )
+        .repartition("_viewer_hash")
     )
     judged = windows.withColumns(
         {
             **{
-                f"_day_{name}": _first(F.col(f"_first_{name}"), in_day.rowsBetween(*so_far))
-                for name, _ in hypotheses
+                f"_earlier_{name}": F.max(F.when(candidate(loop), F.col("view_window"))).over(
+                    in_day.rowsBetween(*before)
+                )
+                for name, loop in hypotheses.items()
             },
             "_replay": is_replay_loop(F.count(F.lit(1)).over(in_day.rowsBetween(*whole))),
         }
-    ).withColumn("reason", rejection_reason(static, busy, F.col("_replay")))
+    ).withColumn("reason", rejection_reason(static, F.col("_busy"), F.col("_replay")))
 
-    def chosen(name: str) -> Column:
-        return F.when(F.col("_replay"), F.col(f"_{name}_looping")).otherwise(F.col(f"_{name}_human"))
+    def chosen(hypothesis: Callable[[bool, Column], Column]) -> Column:
+        return F.when(F.col("_replay"), hypothesis(True, F.col("_earlier_looping"))).otherwise(
+            hypothesis(False, F.col("_earlier_human"))
+        )
+
+    def first_of_window(loop: bool, earlier: Column) -> Column:
+        return candidate(loop) & F.coalesce(earlier < F.col("view_window"), F.lit(True))
+
+    def first_of_day(loop: bool, earlier: Column) -> Column:
+        return candidate(loop) & earlier.isNull()
 
     outcomes = judged.withColumn(
         "outcome",
         F.when(~qualified, F.lit(SHORT))
         .when(F.col("reason").isNotNull(), F.lit(REJECTED))
-        .when(chosen("first"), F.lit(COUNTED))
+        .when(chosen(first_of_window), F.lit(COUNTED))
         .otherwise(F.lit(REPEAT)),
-    ).withColumn("new_viewer_day", (F.col("outcome") == COUNTED) & chosen("day"))
-    counted = F.col("outcome") == COUNTED
-    return outcomes.withColumn("new_viewer", _first(counted, of_viewer.rowsBetween(*so_far)))
+    ).withColumn("new_viewer_day", chosen(first_of_day))
+    # The first view of the day that counted is the day's first candidate, so `new_viewer_day`
+    # holds on one view per (video, viewer, day) with a counted view: the first such day's is new.
+    earlier_day = F.max(F.col("new_viewer_day").cast("int")).over(of_viewer.rowsBetween(*before))
+    return outcomes.withColumn(
+        "new_viewer", F.col("new_viewer_day") & F.coalesce(earlier_day == 0, F.lit(True))
+    ).withColumn("type", F.lit("view"))
 
 
 def _reaction_outcomes(reactions: DataFrame) -> DataFrame:
@@ -184,8 +205,9 @@ def classify(events: DataFrame) -> DataFrame:
         "kafka_partition",
         "kafka_offset",
     )
-    # The deduplicated log is kept: it feeds the views, the reactions and the other events.
-    deduped = deduplicate(narrow).drop("kafka_partition", "kafka_offset").localCheckpoint(eager=True)
+    # The narrow log is kept: retries are found in it, and it feeds the views, the reactions and
+    # the other events.
+    deduped = without_retries(narrow.localCheckpoint(eager=True)).drop("kafka_partition", "kafka_offset")
     timed = (
         deduped.withColumn("minute", floor_div("ts", rules.MINUTE_MS))
         .withColumn("day", floor_div("ts", rules.DAY_MS))

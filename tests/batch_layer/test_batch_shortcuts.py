@@ -1,0 +1,65 @@
+"""The batch layer's shortcuts against the plain rules they stand for: the address prefilter of the
+data-centre signal, and retries found by counting copies of each id's hash."""
+
+from __future__ import annotations
+
+import ipaddress
+import random
+
+import pytest
+from pyspark.sql import SparkSession
+
+from batch_layer.retries import deduplicate, without_retries
+from batch_layer.verdict import _may_be_datacenter_ip
+from counting import bots
+
+pytestmark = pytest.mark.slow
+
+
+def _addresses(rng: random.Random) -> list[str]:
+    """Addresses in and near every range, written every way Python reads them."""
+    found = ["::ffff:3.1.2.3", "0:0:0:0:0:FFFF:52.1.2.3", "::FFFF:3401:203", "0::ffff:159.89.0.1"]
+    found += ["2600:1F00::5", "02a05:d000::1", "2a05:D07F:ffff::1%eth0", "::", "::1", "not-an-ip", ""]
+    for text in bots.DATACENTER_RANGES:
+        network = ipaddress.ip_network(text)
+        first, last = int(network.network_address), int(network.broadcast_address)
+        for value in (first, last, first - 1, last + 1, rng.randint(first, last)):
+            address = ipaddress.ip_address(value % (2**network.max_prefixlen))
+            found += [str(address), address.exploded, address.exploded.upper()]
+            if address.version == 4:
+                found.append(f"::ffff:{address}")
+    found += [str(ipaddress.ip_address(rng.getrandbits(32))) for _ in range(500)]
+    found += [str(ipaddress.ip_address(rng.getrandbits(128))) for _ in range(500)]
+    return found
+
+
+def test_the_address_prefilter_keeps_every_datacenter_address(spark: SparkSession) -> None:
+    addresses = _addresses(random.Random(7))
+    frame = spark.createDataFrame([(a,) for a in addresses], "ip string")
+    kept = {r["ip"] for r in frame.where(_may_be_datacenter_ip(frame["ip"])).collect()}
+    datacenter = {a for a in addresses if bots.is_datacenter_ip(a)}
+
+    assert len(datacenter) > 40
+    assert datacenter - kept == set()
+
+
+def test_retries_by_counted_copies_equal_the_sorted_deduplication(spark: SparkSession) -> None:
+    rng = random.Random(11)
+    rows = []
+    for n in range(3_000):
+        copies = rng.choice((1, 1, 1, 2, 3))
+        for copy in range(copies):
+            # Copies differ (the first ingested decides); some share a millisecond.
+            ingest_ts = 1_000 + n + rng.choice((0, 0, 5, 900)) * copy
+            rows.append((f"e{n}", f"v{rng.randrange(9)}", ingest_ts, rng.randrange(2), rng.randrange(10**6)))
+    rows += [(None, "v0", 5, 0, 1), (None, "v1", 4, 0, 2)]  # no id: one of them, as the sort keeps
+    rng.shuffle(rows)
+    frame = spark.createDataFrame(
+        rows, "event_id string, video_id string, ingest_ts long, kafka_partition long, kafka_offset long"
+    ).localCheckpoint(eager=True)
+
+    expected = sorted(map(tuple, deduplicate(frame).collect()), key=repr)
+    actual = sorted(map(tuple, without_retries(frame).collect()), key=repr)
+
+    assert actual == expected
+    assert len(actual) == 3_001
