@@ -192,24 +192,38 @@ class ReadFigures:
     degraded_reasons: set[str] = field(default_factory=set)
 
 
-class Reader:
+class _Background:
+    """A daemon thread running `_run` until `stop()` (which waits up to `join_s` for it)."""
+
+    def __init__(self, name: str, join_s: float) -> None:
+        self._stop = threading.Event()
+        self._join_s = join_s
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def _start_thread(self) -> None:
+        self._thread.start()
+
+    def _stop_thread(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(self._join_s)
+
+
+class Reader(_Background):
     """GETs the stats route of videos already written to, `rate` times a second, until stopped."""
 
     def __init__(self, serving_url: str, rate: float, videos: Callable[[], list[str]]) -> None:
+        super().__init__("soak-reader", 30)
         self.figures = ReadFigures()
         self._url = serving_url
         self._interval = 1.0 / rate
         self._videos = videos
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="soak-reader", daemon=True)
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(30)
+    start = _Background._start_thread
+    stop = _Background._stop_thread
 
     def _run(self) -> None:
         figures = self.figures
@@ -237,19 +251,18 @@ class Reader:
                         figures.degraded_reasons.update(reasons)
 
 
-class MemorySampler:
+class MemorySampler(_Background):
     """The RSS (MB) of named processes at start, at the end and the largest seen, sampled every
     `every` seconds; `pids()` names the processes of the moment (workers restart under new pids)."""
 
     def __init__(self, pids: Callable[[], dict[str, int]], every: float = 5.0) -> None:
+        super().__init__("soak-memory", 30)
         self._pids = pids
         self._every = every
         self.start: dict[str, float] = {}
         self.end: dict[str, float] = {}
         self.peak: dict[str, float] = {}
         self.processes: dict[str, set[int]] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="soak-memory", daemon=True)
 
     def sample(self) -> dict[str, float]:
         found: dict[str, float] = {}
@@ -265,11 +278,10 @@ class MemorySampler:
 
     def begin(self) -> None:
         self.start = self.sample()
-        self._thread.start()
+        self._start_thread()
 
     def finish(self) -> None:
-        self._stop.set()
-        self._thread.join(30)
+        self._stop_thread()
         self.end = self.sample()
 
     def _run(self) -> None:
@@ -277,22 +289,17 @@ class MemorySampler:
             self.sample()
 
 
-class Progress:
+class Progress(_Background):
     """Prints one line of figures every `every` seconds to stderr-like `emit`."""
 
     def __init__(self, line: Callable[[], str], emit: Callable[[str], None], every: float = 10.0) -> None:
+        super().__init__("soak-progress", 10)
         self._line = line
         self._emit = emit
         self._every = every
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="soak-progress", daemon=True)
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
+    start = _Background._start_thread
+    stop = _Background._stop_thread
 
     def _run(self) -> None:
         while not self._stop.wait(self._every):

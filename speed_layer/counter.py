@@ -55,16 +55,17 @@ def viewer_digest(viewer: str) -> str:
 
 
 @lru_cache(maxsize=65_536)
-def _video_keys(video_id: str) -> tuple[str, str, str]:
-    """(viewers, reactions, presence) keys of a video."""
-    return keys.viewers(video_id), keys.reactions(video_id), keys.presence(video_id)
-
-
-@lru_cache(maxsize=65_536)
-def _bucket_names(video_id: str) -> tuple[str, str]:
-    """(its bucket-counts key without the bucket number, its buckets index) of a video: the script
-    reaches a bucket outside the plan by number."""
-    return keys.bucket_counts(video_id, 0).removesuffix("0"), keys.buckets_index(video_id)
+def _video_keys(video_id: str) -> tuple[str, str, str, str, str]:
+    """(viewers, reactions, presence, bucket-counts key without the bucket number, buckets index)
+    keys of a video: the script reaches a bucket outside the plan by number."""
+    counts_prefix = keys.bucket_counts(video_id, 0).removesuffix("0")
+    return (
+        keys.viewers(video_id),
+        keys.reactions(video_id),
+        keys.presence(video_id),
+        counts_prefix,
+        keys.buckets_index(video_id),
+    )
 
 
 _TRENDING_PREFIX = keys.trending(0).removesuffix("0")
@@ -294,7 +295,7 @@ class _PlanBuilder:
         plan.video_events = {video_id: video.events for video_id, video in self._videos.items()}
         for video_id in sorted(self._videos):
             video = self._videos[video_id]
-            viewers, reactions, presence = video.keys
+            viewers, reactions, presence, prefix, index = video.keys
             beats: list[object] = []
             newest = 0
             for session, ingest_ts in video.presence.items():
@@ -306,7 +307,6 @@ class _PlanBuilder:
             if newest and newest - self._trims.get(video_id, 0) >= rules.PRESENCE_MS:
                 trim_below = newest - PRESENCE_KEEP_MS
                 self._trims[video_id] = newest
-            prefix, index = _bucket_names(video_id)
             plan.videos.append(
                 [video_id, viewers, reactions, presence, trim_below, beats, video.ops, prefix, index]
             )

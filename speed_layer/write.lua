@@ -19,7 +19,7 @@ local keep_buckets = math.floor(retention_ms / bucket_ms) + 1
 local incr = {}       -- bucket index -> field -> delta
 local marked = {}     -- marker index -> true when a field was set in it
 local viewers = {}    -- bucket index -> digests of the viewers counted in it
-local prefix_of = {}  -- video id -> {prefix of its bucket-counts keys, its buckets index}
+local video_of = {}   -- video id -> its entry in the plan (counts-key prefix, buckets index)
 local index_of = nil  -- bucket-counts key -> bucket index (built when first needed)
 local video_id, reactions_key = nil, nil  -- the video being applied
 
@@ -48,7 +48,8 @@ local function bytes_less(a, b)
   return #a < #b
 end
 
--- The order of the counting rules: ingest time (or event time for reactions), then event id.
+-- The order of the counting rules (`counting.rules.first_copy_order` and `reaction_order`, which
+-- Python's planner and the oracle use): ingest time (or event time for reactions), then event id.
 local function before(ts1, id1, ts2, id2)
   return ts1 < ts2 or (ts1 == ts2 and bytes_less(id1, id2))
 end
@@ -63,8 +64,8 @@ end
 -- Add to a field of a bucket of `video` by bucket number: in this plan when the plan has the bucket,
 -- else straight in Redis (a bucket made here gets the expiry and index entry Python gives one).
 local function adjust(video, bucket, field, by)
-  local names = prefix_of[video]
-  local key = names[1] .. digits(bucket)
+  local owner = video_of[video]
+  local key = owner[8] .. digits(bucket)
   if not index_of then
     index_of = {}
     for b, entry in ipairs(buckets) do index_of[entry[1]] = b end
@@ -78,7 +79,7 @@ local function adjust(video, bucket, field, by)
   call('HINCRBY', key, field, by)
   if call('PTTL', key) == -1 then
     call('PEXPIREAT', key, expire_at)
-    call('ZADD', names[2], bucket, bucket)
+    call('ZADD', owner[9], bucket, bucket)
   end
   if field == 'views' then
     local trending = trending_prefix .. digits(bucket)
@@ -233,7 +234,7 @@ end
 
 for _, video in ipairs(plan[5]) do
   video_id, reactions_key = video[1], video[3]
-  prefix_of[video_id] = {video[8], video[9]}
+  video_of[video_id] = video
   local ops = video[7]
   local i, n = 1, #ops
   while i <= n do
