@@ -165,29 +165,76 @@ def is_replay_loop(views_by_viewer_of_video_today: int) -> bool:
     return views_by_viewer_of_video_today > MAX_REPLAYS_PER_DAY
 
 
+# Bit i of a signal mask is signal i of MASK_ORDER: the order `signals` lists them, which is the
+# order `score` adds their weights in. The first three are properties of the client alone.
+MASK_ORDER: tuple[Signal, ...] = (
+    SCRIPTED_AGENT,
+    DATACENTER_IP,
+    BAD_TLS,
+    WATCH_ANOMALY,
+    ADDRESS_VELOCITY,
+    REPLAY_RATE,
+)
+BIT: dict[str, int] = {signal.name: 1 << i for i, signal in enumerate(MASK_ORDER)}
+_SCRIPTED_BIT = BIT[SCRIPTED_AGENT.name]
+_DATACENTER_BIT = BIT[DATACENTER_IP.name]
+_BAD_TLS_BIT = BIT[BAD_TLS.name]
+_WATCH_BIT = BIT[WATCH_ANOMALY.name]
+_VELOCITY_BIT = BIT[ADDRESS_VELOCITY.name]
+_REPLAY_BIT = BIT[REPLAY_RATE.name]
+
+
+@lru_cache(maxsize=262_144)
+def client_mask(user_agent: str | None, ip: str | None, ja3: str | None) -> int:
+    """The mask of the signals a client shows by itself: its agent, address and TLS fingerprint
+    (remembered per client: the counter's hot path sees the same clients again and again)."""
+    mask = 0
+    if is_scripted_agent(user_agent):
+        mask |= _SCRIPTED_BIT
+    if is_datacenter_ip(ip):
+        mask |= _DATACENTER_BIT
+    if is_bad_ja3(ja3):
+        mask |= _BAD_TLS_BIT
+    return mask
+
+
+def view_mask(
+    client: int,
+    watch_secs: float | None,
+    duration_secs: float | None,
+    address_minute_views: int,
+    viewer_day_views: int,
+) -> int:
+    """The mask of every signal of a view, from its client's mask (`client_mask`), its watch time
+    and its window counts (views from its address in its minute, views of its video by its viewer
+    in its day)."""
+    mask = client
+    if is_watch_anomaly(watch_secs, duration_secs):
+        mask |= _WATCH_BIT
+    if is_high_velocity(address_minute_views):
+        mask |= _VELOCITY_BIT
+    if is_replay_loop(viewer_day_views):
+        mask |= _REPLAY_BIT
+    return mask
+
+
+def signals_of(mask: int) -> list[Signal]:
+    """The signals of a mask, in MASK_ORDER."""
+    return [signal for bit, signal in enumerate(MASK_ORDER) if mask >> bit & 1]
+
+
 def static_signals(event: Event) -> list[Signal]:
     """The signals one event shows on its own, without any window."""
-    found = []
-    if is_scripted_agent(event.user_agent):
-        found.append(SCRIPTED_AGENT)
-    if is_datacenter_ip(event.ip):
-        found.append(DATACENTER_IP)
-    if is_bad_ja3(event.ja3):
-        found.append(BAD_TLS)
-    if is_watch_anomaly(event.watch_secs, event.video_duration_secs):
-        found.append(WATCH_ANOMALY)
-    return found
+    return signals(event, 0, 0)
 
 
 def signals(event: Event, address_minute_views: int, viewer_day_views: int) -> list[Signal]:
     """Every signal of a view, given its window counts (views from its address in its minute,
     views of its video by its viewer in its day)."""
-    found = static_signals(event)
-    if is_high_velocity(address_minute_views):
-        found.append(ADDRESS_VELOCITY)
-    if is_replay_loop(viewer_day_views):
-        found.append(REPLAY_RATE)
-    return found
+    client = client_mask(event.user_agent, event.ip, event.ja3)
+    return signals_of(
+        view_mask(client, event.watch_secs, event.video_duration_secs, address_minute_views, viewer_day_views)
+    )
 
 
 def score(found: list[Signal]) -> float:
@@ -199,3 +246,10 @@ def rejection_reason(found: list[Signal]) -> str | None:
     if score(found) < REJECT_SCORE:
         return None
     return min(found, key=lambda s: (-s.weight, SIGNALS.index(s))).name
+
+
+# The rejection reason of every mask (None: not rejected), so a hot path decides a view with one
+# lookup; it is `rejection_reason` itself, evaluated once per combination of signals.
+REJECTION_BY_MASK: tuple[str | None, ...] = tuple(
+    rejection_reason(signals_of(mask)) for mask in range(1 << len(MASK_ORDER))
+)

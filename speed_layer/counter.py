@@ -40,6 +40,11 @@ _encoder = msgspec.msgpack.Encoder()
 _VIEW, _SHORT, _REJECT, _REACTION = script.VIEW, script.SHORT, script.REJECT, script.REACTION
 _WINDOW_MS = rules.VIEW_WINDOW_MS
 _REACTION_STATE = rules.REACTION_STATE
+_client_mask, _view_mask = bots.client_mask, bots.view_mask
+# The rejection field (`rejected:<reason>`) of each signal mask; None: not rejected.
+_REJECTED_FIELD: tuple[str | None, ...] = tuple(
+    None if reason is None else f"rejected:{reason}" for reason in bots.REJECTION_BY_MASK
+)
 _DAY_MS = rules.DAY_MS
 
 
@@ -268,8 +273,14 @@ class _PlanBuilder:
                 if not rules.is_qualified_view(event):
                     ops.extend((_SHORT, offset, m, event_id, b, short_mark))
                     continue
-                reason = _rejection(event, address_views, viewer_views)
-                if reason is not None:
+                mask = _view_mask(
+                    _client_mask(event.user_agent, event.ip, event.ja3),
+                    event.watch_secs,
+                    event.video_duration_secs,
+                    address_views,
+                    viewer_views,
+                )
+                if mask and (reason := _REJECTED_FIELD[mask]) is not None:
                     ops.extend((_REJECT, offset, m, event_id, b, f"{stamp}|{reason}", reason))
                     rejected[reason] = rejected.get(reason, 0) + 1
                     continue
@@ -283,15 +294,15 @@ class _PlanBuilder:
                     continue
                 ops.extend((_REACTION, offset, m, event_id, b, reaction_mark, user_id, ts, state))
         self.plan.records += 1
+        self.plan.events += len(events)
 
     @property
     def events(self) -> int:
-        return sum(v.events for v in self._videos.values())
+        return self.plan.events
 
     def finish(self, last_offset: int) -> PartitionPlan:
         plan = self.plan
         plan.last_offset = last_offset
-        plan.events = self.events
         plan.video_events = {video_id: video.events for video_id, video in self._videos.items()}
         for video_id in sorted(self._videos):
             video = self._videos[video_id]
@@ -311,21 +322,6 @@ class _PlanBuilder:
                 [video_id, viewers, reactions, presence, trim_below, beats, video.ops, prefix, index]
             )
         return plan
-
-
-def _rejection(event: Event, address_views: int, viewer_views: int) -> str | None:
-    """The rejection field of a qualified view (`rejected:<reason>`), or None: the signals and the
-    verdict of `counting.bots` (its window-free checks are cached there per value)."""
-    found = bots.signals(event, address_views, viewer_views)
-    if not found:
-        return None
-    reason = bots.rejection_reason(found)
-    return None if reason is None else _rejected_field(reason)
-
-
-@lru_cache(maxsize=64)
-def _rejected_field(reason: str) -> str:
-    return f"rejected:{reason}"
 
 
 def plan_batch(

@@ -225,3 +225,42 @@ def test_fast_datacenter_check_equals_ipaddress_on_any_address(value, mapped):
     if mapped:
         ip = f"::ffff:{ip}"
     assert bots.is_datacenter_ip(ip) == _membership(ip)
+
+
+def test_the_rejection_table_is_the_rejection_reason_of_every_combination():
+    for mask in range(1 << len(bots.MASK_ORDER)):
+        found = [s for s in bots.MASK_ORDER if mask & bots.BIT[s.name]]
+        assert bots.REJECTION_BY_MASK[mask] == bots.rejection_reason(found)
+    assert bots.REJECTION_BY_MASK[0] is None
+
+
+@EXAMPLES
+@given(
+    agent=st.sampled_from([None, "curl/8.4.0", HEADLESS_AGENTS[0], BROWSERS[0][0]]),
+    ip=st.sampled_from([None, "52.0.0.1", "81.2.3.4", "::ffff:52.1.2.3", "2600:1f00::1"]),
+    ja3=st.sampled_from([None, sorted(bots.BAD_JA3)[0], "abc"]),
+    watch=st.sampled_from([None, 10.0, 100.0, bots.MAX_WATCH_SECS + 1]),
+    duration=st.sampled_from([None, 20.0, 900.0]),
+    address_views=st.integers(0, bots.MAX_VIEWS_PER_ADDRESS_MINUTE + 2),
+    viewer_views=st.integers(0, bots.MAX_REPLAYS_PER_DAY + 2),
+)
+def test_a_view_mask_holds_exactly_the_signals_of_the_view(
+    agent, ip, ja3, watch, duration, address_views, viewer_views
+):
+    expected = []
+    if bots.is_scripted_agent(agent):
+        expected.append(bots.SCRIPTED_AGENT)
+    if bots.is_datacenter_ip(ip):
+        expected.append(bots.DATACENTER_IP)
+    if bots.is_bad_ja3(ja3):
+        expected.append(bots.BAD_TLS)
+    if bots.is_watch_anomaly(watch, duration):
+        expected.append(bots.WATCH_ANOMALY)
+    if bots.is_high_velocity(address_views):
+        expected.append(bots.ADDRESS_VELOCITY)
+    if bots.is_replay_loop(viewer_views):
+        expected.append(bots.REPLAY_RATE)
+
+    mask = bots.view_mask(bots.client_mask(agent, ip, ja3), watch, duration, address_views, viewer_views)
+
+    assert bots.signals_of(mask) == expected

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-from unittest import mock
 
 import msgspec
 import pytest
@@ -103,11 +102,12 @@ def test_marker_hash_keys_are_spelled_by_counting_keys() -> None:
 
 def test_the_bot_rejection_reason_comes_from_the_rules(config: Settings) -> None:
     t = Traffic(now_ms=NOW)
-    view = t.view("v", "u", user_agent="python-requests/2.31")
-    with mock.patch("counting.bots.rejection_reason", return_value="replay_rate") as reason:
-        [write] = plan_batch([_record([view])], config, ViewWindows(), NOW).writes
-    assert reason.call_count == 1
-    assert write.ops[0][0] == script.REJECT and write.ops[0][6] == "rejected:replay_rate"
+    # Two weak signals: the rules' tie-break (the heavier one) names the reason.
+    view = t.view("v", "u", ip="52.0.0.1", watch=5_000.0, ja3=sorted(bots.BAD_JA3)[0])
+    [write] = plan_batch([_record([view])], config, ViewWindows(), NOW).writes
+    reason = bots.rejection_reason(bots.signals(view, 1, 1))
+    assert reason is not None
+    assert write.ops[0][0] == script.REJECT and write.ops[0][6] == f"rejected:{reason}"
 
 
 def test_verdicts_equal_the_rules_on_random_views(config: Settings) -> None:
