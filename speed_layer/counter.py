@@ -310,7 +310,7 @@ class _PlanBuilder:
             beats: list[object] = []
             newest = 0
             for session, ingest_ts in video.presence.items():
-                beats.append(ingest_ts)
+                beats.append(str(ingest_ts))  # text: the script passes it on as is
                 beats.append(session)
                 if ingest_ts > newest:
                     newest = ingest_ts

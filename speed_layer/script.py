@@ -25,7 +25,8 @@ it touches travel inside it, built by Python from `counting.keys` (each carries 
       [video_id, viewers_key, reactions_key, presence_key, presence_trim_below, presence, ops,
        counts_key_prefix, buckets_index_key]
       presence: flat [ingest_ts, session_id, ...]: the newest heartbeat of each session (ZADD GT,
-                idempotent, so it needs no offset check); trim_below 0: no trim this time
+                idempotent, so it needs no offset check), ingest_ts as decimal text (a number
+                would be formatted again by each redis.call); trim_below 0: no trim this time
       ops: flat, in offset order; each op is its kind, the offset of its record, then its fields:
         SHORT     offset marker event_id bucket mark
         REJECT    offset marker event_id bucket mark field

@@ -35,8 +35,13 @@ local function variadic(command, key, items)
   end
 end
 
+-- A number's decimal text, once per number: redis.call formats a number argument on every call
+-- (snprintf), and the same expiry times, buckets and deltas recur across the keys of a plan.
+local texts = {}
 local function digits(n)
-  return string.format('%d', n)
+  local text = texts[n]
+  if not text then text = string.format('%d', n); texts[n] = text end
+  return text
 end
 
 local function bytes_less(a, b)
@@ -76,15 +81,15 @@ local function adjust(video, bucket, field, by)
     return
   end
   local expire_at = math.max((bucket + 1) * bucket_ms, now_ms) + retention_ms
-  call('HINCRBY', key, field, by)
+  call('HINCRBY', key, field, digits(by))
   if call('PTTL', key) == -1 then
-    call('PEXPIREAT', key, expire_at)
-    call('ZADD', owner[9], bucket, bucket)
+    call('PEXPIREAT', key, digits(expire_at))
+    call('ZADD', owner[9], digits(bucket), digits(bucket))
   end
   if field == 'views' then
     local trending = trending_prefix .. digits(bucket)
-    call('ZINCRBY', trending, by, video)
-    if call('PTTL', trending) == -1 then call('PEXPIREAT', trending, expire_at) end
+    call('ZINCRBY', trending, digits(by), video)
+    if call('PTTL', trending) == -1 then call('PEXPIREAT', trending, digits(expire_at)) end
   end
 end
 
@@ -273,13 +278,13 @@ for _, video in ipairs(plan[5]) do
     end
   end
   if video[5] > 0 then
-    call('ZREMRANGEBYSCORE', video[4], '-inf', '(' .. string.format('%d', video[5]))
+    call('ZREMRANGEBYSCORE', video[4], '-inf', '(' .. digits(video[5]))
   end
 end
 
 local written_markers = {}
 for m in pairs(marked) do
-  if markers[m][2] > 0 then call('PEXPIREAT', markers[m][1], markers[m][2]) end
+  if markers[m][2] > 0 then call('PEXPIREAT', markers[m][1], digits(markers[m][2])) end
   written_markers[#written_markers + 1] = m
 end
 local written_sketches, written_buckets = {}, {}
@@ -305,8 +310,9 @@ for _, b in ipairs(order) do
   if list then
     local entry = buckets[b]
     local key, bucket, video = entry[8], entry[3], entry[7]
+    local bucket_text = digits(bucket)  -- a number passed to redis.call is formatted on each call
     variadic('PFADD', entry[5], list)
-    if entry[9] > 0 then call('PEXPIREAT', entry[5], entry[9]) end
+    if entry[9] > 0 then call('PEXPIREAT', entry[5], digits(entry[9])) end
     written_sketches[#written_sketches + 1] = b
     local added = 0
     for j = 1, #list, $chunk do
@@ -330,7 +336,7 @@ for _, b in ipairs(order) do
           if not seen[digest] and (not first or bucket < first) then
             seen[digest] = true
             changed[#changed + 1] = digest
-            changed[#changed + 1] = bucket
+            changed[#changed + 1] = bucket_text
             bump(b, 'uniques', 1)
             if first then adjust(video, first, 'uniques', -1) else added = added + 1 end
           end
@@ -352,23 +358,24 @@ for b, fields in pairs(incr) do
   local entry = buckets[b]
   local wrote = false
   for field, by in pairs(fields) do
-    if by ~= 0 then call('HINCRBY', entry[1], field, by); wrote = true end
+    if by ~= 0 then call('HINCRBY', entry[1], field, digits(by)); wrote = true end
   end
   if wrote then
     if entry[4] > 0 then
-      call('ZADD', entry[2], entry[3], entry[3])
-      call('PEXPIREAT', entry[1], entry[4])
+      local bucket = digits(entry[3])
+      call('ZADD', entry[2], bucket, bucket)
+      call('PEXPIREAT', entry[1], digits(entry[4]))
     end
     written_buckets[#written_buckets + 1] = b
   end
   local views = fields['views']
   if views and views ~= 0 then
-    call('ZINCRBY', entry[6], views, entry[7])
+    call('ZINCRBY', entry[6], digits(views), entry[7])
     trending[entry[6]] = entry[10]
   end
 end
 for key, expire_at in pairs(trending) do
-  call('PEXPIREAT', key, expire_at)
+  call('PEXPIREAT', key, digits(expire_at))
 end
 
 if #plan[5] > 0 then
