@@ -54,7 +54,7 @@ def test_each_event_type_becomes_its_operation(config: Settings) -> None:
     [write] = plan_batch([_record(events)], config, ViewWindows(), NOW).writes
     assert [op[0] for op in write.ops] == [script.VIEW, script.SHORT, script.REJECT, script.REACTION]
     [video] = write.videos
-    assert video[5] == [events[4].ingest_ts, "s1"]
+    assert video[5] == [str(events[4].ingest_ts), "s1"]
 
 
 def test_a_view_plan_names_its_keys_bucket_and_viewer(config: Settings) -> None:
@@ -217,7 +217,7 @@ def test_heartbeats_keep_the_newest_beat_per_session_and_trim_once_a_minute(conf
     [write] = plan_batch([_record(beats)], config, ViewWindows(), NOW, trims=trims).writes
     [video] = write.videos
     newest = max(b.ingest_ts or 0 for b in beats)
-    assert video[5] == [newest, "s"]
+    assert video[5] == [str(newest), "s"]
     assert video[4] == newest - PRESENCE_KEEP_MS
     later = t.event("heartbeat", "v", session_id="s2")
     [again] = plan_batch([_record([later], offset=1)], config, ViewWindows(), NOW, trims=trims).writes
