@@ -6,7 +6,8 @@ import zlib
 
 import msgspec
 
-from counting.event import Event
+from counting.errors import InvalidEvent
+from counting.event import Event, check_video_id
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(list[Event])
@@ -18,8 +19,15 @@ def encode_events(events: list[Event]) -> bytes:
 
 
 def decode_events(value: bytes) -> list[Event]:
-    """Unpack a record value; raises msgspec.DecodeError or ValidationError on a malformed record."""
-    return _decoder.decode(value)
+    """Unpack a record value; raises msgspec.DecodeError or ValidationError on a malformed record
+    (a video id outside the pattern included)."""
+    events = _decoder.decode(value)
+    for index, event in enumerate(events):
+        try:
+            check_video_id(event.video_id)
+        except InvalidEvent as exc:
+            raise msgspec.ValidationError(f"{exc.reason} - at `$[{index}].video_id`") from None
+    return events
 
 
 def record_key(video_id: str, shard: int = 0) -> bytes:

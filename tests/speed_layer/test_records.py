@@ -12,7 +12,14 @@ from speed_layer.records import Record, by_partition, decode_record
 
 
 def _event(**extra: object) -> Event:
-    return Event(event_id="e1", type="view", video_id="v", ts=1, session_id="s", **extra)  # type: ignore[arg-type]
+    fields: dict[str, object] = {
+        "event_id": "e1",
+        "type": "view",
+        "video_id": "v",
+        "ts": 1,
+        "session_id": "s",
+    }
+    return Event(**{**fields, **extra})  # type: ignore[arg-type]
 
 
 def test_decodes_stamped_events() -> None:
@@ -27,6 +34,7 @@ def test_decodes_stamped_events() -> None:
         (b"\x00\x01garbage", "msgpack"),
         (msgspec.msgpack.encode([{"event_id": "e", "type": "nope", "video_id": "v", "ts": 1}]), "msgpack"),
         (encode_events([_event()]), "ingest_ts"),
+        (encode_events([_event(ingest_ts=5), _event(ingest_ts=5, video_id="a b")]), r"\$\[1\]\.video_id"),
     ],
 )
 def test_refuses_poison(value: bytes | None, reason: str) -> None:
