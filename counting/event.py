@@ -32,7 +32,7 @@ Seconds = Annotated[float, msgspec.Meta(ge=0, le=1e9)]
 PositiveSeconds = Annotated[float, msgspec.Meta(gt=0, le=1e9)]
 
 
-class Event(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+class Event(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True, gc=False):
     """One accepted event; `ingest_ts` is stamped by the ingest API, never by the client."""
 
     event_id: Id64
