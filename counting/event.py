@@ -80,7 +80,7 @@ def check_video_id(video_id: str) -> None:
     """Raise InvalidEvent unless the video id matches VIDEO_ID_PATTERN."""
     if video_id in _valid_video_ids:
         return
-    if not _VIDEO_ID_RE.match(video_id):
+    if not _VIDEO_ID_RE.fullmatch(video_id):  # `$` alone lets a trailing newline through
         raise InvalidEvent(
             "video_id", f"must be 1-64 letters, digits, '_' or '-' ({VIDEO_ID_PATTERN}; got {video_id!r})"
         )
@@ -158,7 +158,7 @@ def parse_batch(body: bytes, now_ms: int) -> tuple[list[Event], list[dict[str, A
 
 
 def is_valid_video_id(value: str) -> bool:
-    return value in _valid_video_ids or bool(_VIDEO_ID_RE.match(value))
+    return value in _valid_video_ids or bool(_VIDEO_ID_RE.fullmatch(value))
 
 
 def stamped(event: Event, ingest_ts: int) -> Event:

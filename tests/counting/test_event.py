@@ -21,6 +21,7 @@ from counting.event import (
     SESSION_TYPES,
     Event,
     event_from_dict,
+    is_valid_video_id,
     parse_batch,
     parse_event,
 )
@@ -138,6 +139,13 @@ def test_a_video_id_outside_the_pattern_is_named(good, bad, where, make_event, n
     video_id = good[:where] + bad + good[where:]
 
     assert _field_error(make_event(video_id=video_id), now_ms) == "video_id"
+
+
+@pytest.mark.parametrize("video_id", ["0\n", "v1\n", "\nv1"])
+def test_a_video_id_with_a_newline_is_refused(video_id, make_event, now_ms):
+    # A regex `$` also matches before a final newline: the check must match the whole id.
+    assert _field_error(make_event(video_id=video_id), now_ms) == "video_id"
+    assert not is_valid_video_id(video_id)
 
 
 @EXAMPLES
