@@ -18,17 +18,8 @@ from pyspark.sql import functions as F
 
 from counting import bots
 
-# The signals in the order `bots.signals` lists them (the order the score adds their weights);
-# bit i of a signal mask is signal i. The first four are static: properties of the row alone.
-_ORDER: tuple[bots.Signal, ...] = (
-    bots.SCRIPTED_AGENT,
-    bots.DATACENTER_IP,
-    bots.BAD_TLS,
-    bots.WATCH_ANOMALY,
-    bots.ADDRESS_VELOCITY,
-    bots.REPLAY_RATE,
-)
-_BIT = {signal.name: 1 << bit for bit, signal in enumerate(_ORDER)}
+# Bit i of a signal mask is signal i of `bots.MASK_ORDER` (`bots.BIT`), as in the speed layer.
+_BIT = bots.BIT
 STATIC_SIGNALS = "static_signals"
 
 # Up to this many flagged values are matched with an IN list (a hash set); more are broadcast.
@@ -148,17 +139,6 @@ def with_static_signals(events: DataFrame) -> DataFrame:
     return events.withColumn(STATIC_SIGNALS, mask).drop(*flag_columns)
 
 
-def _reasons_by_combination() -> dict[int, str]:
-    """`bots.rejection_reason` of every combination of signals (bit i: signal i of `_ORDER`)."""
-    reasons = {}
-    for mask in range(1 << len(_ORDER)):
-        found = [signal for bit, signal in enumerate(_ORDER) if mask >> bit & 1]
-        reason = bots.rejection_reason(found)
-        if reason is not None:
-            reasons[mask] = reason
-    return reasons
-
-
 def is_high_velocity(address_views: Column) -> Column:
     """`bots.is_high_velocity` of the views from an address in a minute."""
     return address_views > F.lit(bots.MAX_VIEWS_PER_ADDRESS_MINUTE)
@@ -173,5 +153,6 @@ def rejection_reason(static: Column, high_velocity: Column, replay_loop: Column)
     """The reason a view is rejected as a bot view (null: it is not), from its static signal mask
     (`with_static_signals`) and its two window signals."""
     window = {bots.ADDRESS_VELOCITY.name: high_velocity, bots.REPLAY_RATE.name: replay_loop}
-    table = F.create_map(*(F.lit(item) for pair in _reasons_by_combination().items() for item in pair))
+    reasons = {mask: reason for mask, reason in enumerate(bots.REJECTION_BY_MASK) if reason is not None}
+    table = F.create_map(*(F.lit(item) for pair in reasons.items() for item in pair))
     return table[static + _mask(window)]
