@@ -7,6 +7,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from batch_layer.load import write_sorted
 from batch_layer.transform import grain_counts
 from counting.settings import Settings
 
@@ -40,6 +41,4 @@ def series_path(settings: Settings, run_id: str) -> Path:
 
 def write_series(settings: Settings, run_id: str, series: DataFrame) -> Path:
     """Overwrite the run's per-bucket counts (one Parquet folder, sorted for stable bytes)."""
-    path = series_path(settings, run_id)
-    series.orderBy("video_id", "bucket").coalesce(1).write.mode("overwrite").parquet(str(path))
-    return path
+    return write_sorted(series, series_path(settings, run_id), "video_id", "bucket")

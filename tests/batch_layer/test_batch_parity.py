@@ -247,6 +247,10 @@ def test_runs_are_idempotent(published_log: Settings, spark: SparkSession) -> No
         pq.read_table(daily_path(published_log, r.run_id)).drop_columns(["run_id"]) for r in (first, second)
     ]
     assert dailies[0].equals(dailies[1])
+    keys_in_file = list(zip(dailies[0]["date"].to_pylist(), dailies[0]["video_id"].to_pylist(), strict=True))
+    assert keys_in_file == sorted(set(keys_in_file))  # one row per (date, video), in that order
+    video_ids = tables[0]["video_id"].to_pylist()
+    assert video_ids == sorted(set(video_ids), key=str.encode)  # the byte order of the ids
 
 
 def test_per_bucket_series_equals_the_oracle(
@@ -257,6 +261,8 @@ def test_per_bucket_series_equals_the_oracle(
     result = run_batch(settings, cutoff, spark=spark)
 
     table = pq.read_table(series_path(settings, result.run_id)).to_pylist()
+    keys_in_file = [(r["video_id"], r["bucket"]) for r in table]
+    assert keys_in_file == sorted(set(keys_in_file))  # one row per (video, bucket), in that order
     got = {(r["video_id"], r["bucket"]): (r["views"], r["rejected"], r["short_views"]) for r in table}
 
     want: dict[tuple[str, int], list[int]] = {}
