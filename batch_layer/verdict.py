@@ -18,8 +18,6 @@ from pyspark.sql import functions as F
 
 from counting import bots
 
-# Bit i of a signal mask is signal i of `bots.MASK_ORDER` (`bots.BIT`), as in the speed layer.
-_BIT = bots.BIT
 STATIC_SIGNALS = "static_signals"
 
 # Up to this many flagged values are matched with an IN list (a hash set); more are broadcast.
@@ -104,8 +102,9 @@ def _is_watch_anomaly() -> Column:
 
 
 def _mask(flags: dict[str, Column]) -> Column:
-    """The signal mask of boolean columns, one per signal name (a null flag is not set)."""
-    bits = (F.when(flag, F.lit(_BIT[name])).otherwise(F.lit(0)) for name, flag in flags.items())
+    """The signal mask of boolean columns, one per signal name (a null flag is not set), with the
+    bits of `bots.BIT`, as in the speed layer."""
+    bits = (F.when(flag, F.lit(bots.BIT[name])).otherwise(F.lit(0)) for name, flag in flags.items())
     return reduce(lambda a, b: a + b, bits)
 
 
@@ -116,7 +115,7 @@ def with_static_signals(events: DataFrame) -> DataFrame:
     They are properties of the row alone, so they may be computed before deduplication; the
     columns they read (agent, fingerprint, duration) can then be dropped before any shuffle.
     """
-    names = {name: f"_is_{name}" for name in _BIT}
+    names = {name: f"_is_{name}" for name in bots.BIT}
     flagged = _flagged_values(
         events.where(F.col("type") == "view"),  # the only rows the signals matter for
         {

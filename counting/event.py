@@ -76,11 +76,17 @@ _valid_video_ids: set[str] = set()
 _MAX_REMEMBERED_IDS = 1_000_000
 
 
+def is_valid_video_id(value: str) -> bool:
+    """Whether the whole value matches VIDEO_ID_PATTERN (`re.match` with `$` would also let a
+    trailing newline through)."""
+    return value in _valid_video_ids or _VIDEO_ID_RE.fullmatch(value) is not None
+
+
 def check_video_id(video_id: str) -> None:
     """Raise InvalidEvent unless the video id matches VIDEO_ID_PATTERN."""
     if video_id in _valid_video_ids:
         return
-    if not _VIDEO_ID_RE.fullmatch(video_id):  # `$` alone lets a trailing newline through
+    if not is_valid_video_id(video_id):
         raise InvalidEvent(
             "video_id", f"must be 1-64 letters, digits, '_' or '-' ({VIDEO_ID_PATTERN}; got {video_id!r})"
         )
@@ -155,10 +161,6 @@ def parse_batch(body: bytes, now_ms: int) -> tuple[list[Event], list[dict[str, A
         except InvalidEvent as exc:
             errors.append({"index": index, "field": exc.field, "reason": exc.reason})
     return accepted, errors
-
-
-def is_valid_video_id(value: str) -> bool:
-    return value in _valid_video_ids or bool(_VIDEO_ID_RE.fullmatch(value))
 
 
 def stamped(event: Event, ingest_ts: int) -> Event:
