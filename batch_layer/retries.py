@@ -10,6 +10,10 @@ from batch_layer.session import partial_aggregation_bypassed
 # Up to this many repeated id hashes are broadcast to the rows; above it every row is sorted.
 _MAX_BROADCAST_REPEATS = 2_000_000
 _ID_HASH = "_id_hash"
+# The id hashes are counted in this many hash tables. With the shuffle's partitions (4, which
+# adaptive execution coalesced to 2) each table grew to 5 million keys, and growing and probing
+# tables that size took about twice the CPU per key (10M events: 9.7 -> 5.2-7.6 task-s).
+_ID_HASH_PARTITIONS = 16
 
 
 def deduplicate(events: DataFrame) -> DataFrame:
@@ -37,7 +41,8 @@ def without_retries(events: DataFrame) -> DataFrame:
     hashed = events.withColumn(_ID_HASH, F.xxhash64("event_id"))
     with partial_aggregation_bypassed(events.sparkSession):
         repeated = (
-            hashed.groupBy(_ID_HASH)
+            hashed.repartition(_ID_HASH_PARTITIONS, _ID_HASH)
+            .groupBy(_ID_HASH)
             .agg(F.count(F.lit(1)).alias("_copies"))
             .where(F.col("_copies") > 1)
             .select(_ID_HASH)

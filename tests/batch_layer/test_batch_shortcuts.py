@@ -1,5 +1,6 @@
 """The batch layer's shortcuts against the plain rules they stand for: the address prefilter of the
-data-centre signal, and retries found by counting copies of each id's hash."""
+data-centre signal, the flag of flagged values (an IN list sent as one expression, or a broadcast
+join), and retries found by counting copies of each id's hash."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from batch_layer.retries import deduplicate, without_retries
-from batch_layer.verdict import _may_be_datacenter_ip
+from batch_layer import verdict
+from batch_layer.verdict import _flag, _may_be_datacenter_ip
 from counting import bots
 
 pytestmark = pytest.mark.slow
@@ -41,6 +43,25 @@ def test_the_address_prefilter_keeps_every_datacenter_address(spark: SparkSessio
 
     assert len(datacenter) > 40
     assert datacenter - kept == set()
+
+
+# Values whose text would break or change a hand-written SQL literal.
+_AWKWARD = ["it's", 'say "hi"', "back\\slash", "tab\tand\nnewline", "ünïcödé ☃", "`tick`", "a', 'b", ""]
+
+
+@pytest.mark.parametrize("max_in_list", [10_000, 1], ids=["in-list", "broadcast-join"])
+def test_the_flag_holds_exactly_for_the_flagged_values(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch, max_in_list: int
+) -> None:
+    monkeypatch.setattr(verdict, "_MAX_IN_LIST", max_in_list)
+    flagged = sorted({*_AWKWARD[::2], *(f"10.0.{i // 250}.{i % 250}" for i in range(2_000))})
+    values = [*_AWKWARD, "10.0.0.1", "10.0.0.01", "10.0.7.249", "10.0.8.0", None]
+    frame = spark.createDataFrame([(v, i) for i, v in enumerate(values)], "ip string, n long")
+
+    flagged_frame, flag = _flag(frame, "ip", flagged, "_is_flagged")
+    rows = flagged_frame.select("n", flag.alias("flag")).collect()
+
+    assert {r["n"]: r["flag"] for r in rows} == {i: v in flagged for i, v in enumerate(values)}
 
 
 def test_retries_by_counted_copies_equal_the_sorted_deduplication(spark: SparkSession) -> None:
