@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -39,8 +39,11 @@ LOCAL_JIT_OPTIONS = (
 _PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
-def build_session(settings: Settings, app_name: str = APP_NAME) -> SparkSession:
-    """A SparkSession on `settings.spark_master`: UTC session time, few shuffle partitions, quiet logs."""
+def build_session(
+    settings: Settings, app_name: str = APP_NAME, conf: Mapping[str, str] | None = None
+) -> SparkSession:
+    """A SparkSession on `settings.spark_master`: UTC session time, few shuffle partitions, quiet logs;
+    `conf` adds or overrides Spark settings (e.g. the event log, for profiling)."""
     builder = (
         SparkSession.builder.master(settings.spark_master)
         .appName(app_name)
@@ -68,6 +71,8 @@ def build_session(settings: Settings, app_name: str = APP_NAME) -> SparkSession:
         builder = builder.config("spark.executorEnv.PYTHONPATH", _PROJECT_ROOT)
         builder = builder.config("spark.driver.memory", LOCAL_DRIVER_MEMORY)
         builder = builder.config("spark.driver.extraJavaOptions", LOCAL_JIT_OPTIONS)
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark

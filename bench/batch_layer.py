@@ -16,7 +16,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,10 +88,13 @@ def run_duckdb(raw_dir: Path, cutoff_ms: int, threads: int) -> tuple[pa.Table, f
     return table, seconds
 
 
-def run_spark(settings: Settings, cutoff_ms: int) -> tuple[pa.Table, dict[str, float]]:
+def run_spark(
+    settings: Settings, cutoff_ms: int, conf: Mapping[str, str] | None = None
+) -> tuple[pa.Table, dict[str, float]]:
     """The batch job's Spark work as `batch_layer.job.compute_batch` does it, without the Redis
     watermark check and the publish: read the log, classify, collect the per-video baseline, write
-    the daily and per-bucket outputs. Returns the baseline table and the phase times."""
+    the daily and per-bucket outputs. Returns the baseline table and the phase times. `conf` adds
+    Spark settings to the job's session (`bench.batch_stages` turns the event log on)."""
     from batch_layer import load
     from batch_layer.extract import read_log
     from batch_layer.series import bucket_totals, write_series
@@ -99,7 +102,7 @@ def run_spark(settings: Settings, cutoff_ms: int) -> tuple[pa.Table, dict[str, f
     from batch_layer.transform import classify, daily_totals, grain_counts, video_totals
 
     started = time.monotonic()
-    spark = build_session(settings, app_name="tally-bench")
+    spark = build_session(settings, app_name="tally-bench", conf=conf)
     spark.range(1).count()  # the JVM and Python workers are up before the clock starts
     session_seconds = time.monotonic() - started
     try:
