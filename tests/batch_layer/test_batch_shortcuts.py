@@ -10,8 +10,8 @@ import random
 import pytest
 from pyspark.sql import SparkSession
 
-from batch_layer.retries import deduplicate, without_retries
 from batch_layer import verdict
+from batch_layer.retries import deduplicate, without_retries
 from batch_layer.verdict import _flag, _may_be_datacenter_ip
 from counting import bots
 
