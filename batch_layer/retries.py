@@ -12,7 +12,7 @@ _MAX_BROADCAST_REPEATS = 2_000_000
 _ID_HASH = "_id_hash"
 # The id hashes are counted in this many hash tables. With the shuffle's partitions (4, which
 # adaptive execution coalesced to 2) each table grew to 5 million keys, and growing and probing
-# tables that size took about twice the CPU per key (10M events: 9.7 -> 5.2-7.6 task-s).
+# tables that size took about twice the CPU per key (10M events: 9.7-12.0 -> 5.2-8.5 task-s).
 _ID_HASH_PARTITIONS = 16
 
 

@@ -209,7 +209,8 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _redis_cpu_seconds(client: redis.Redis) -> float:
+def redis_cpu_seconds(client: redis.Redis) -> float:
+    """User + system CPU time the Redis server has used so far (`INFO cpu`)."""
     info = client.info("cpu")
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
@@ -248,7 +249,7 @@ def counter_run(settings: Settings, records: list[tuple[int, bytes, bytes]], eve
             if first is None and any(stored.values()):
                 first = time.perf_counter()
                 first_done = sum(stored.values())
-                cpu_start = (_cpu_seconds(process.pid), _redis_cpu_seconds(client))
+                cpu_start = (_cpu_seconds(process.pid), redis_cpu_seconds(client))
             if all(stored[p] >= ends[p] for p in ends):
                 break
             if process.poll() is not None:
@@ -258,7 +259,7 @@ def counter_run(settings: Settings, records: list[tuple[int, bytes, bytes]], eve
             raise RuntimeError(f"the counter did not finish within 600 s; see {log}")
         seconds = time.perf_counter() - (first or time.perf_counter())
         counter_cpu = _cpu_seconds(process.pid) - cpu_start[0]
-        redis_cpu = _redis_cpu_seconds(client) - cpu_start[1]
+        redis_cpu = redis_cpu_seconds(client) - cpu_start[1]
     finally:
         stop_process(process, 30)
         client.close()
