@@ -1,19 +1,25 @@
 """The batch layer's shortcuts against the plain rules they stand for: the address prefilter of the
 data-centre signal, the flag of flagged values (an IN list sent as one expression, or a broadcast
-join), and retries found by counting copies of each id's hash."""
+join), retries found by counting copies of each id's hash, and lone views judged without windows."""
 
 from __future__ import annotations
 
 import ipaddress
 import random
+from collections import Counter
+from collections.abc import Callable, Sequence
 
+import msgspec
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
-from batch_layer import verdict
+from batch_layer import hashes, verdict
 from batch_layer.retries import deduplicate, without_retries
+from batch_layer.transform import classify
 from batch_layer.verdict import _flag, _may_be_datacenter_ip
-from counting import bots
+from counting import bots, rules
+from counting.event import Event, parse_event, stamped
+from counting.traffic import TrafficConfig, generate
 
 pytestmark = pytest.mark.slow
 
@@ -84,3 +90,35 @@ def test_retries_by_counted_copies_equal_the_sorted_deduplication(spark: SparkSe
 
     assert actual == expected
     assert len(actual) == 3_001
+
+
+def _sorted_rows(frame: DataFrame) -> list[tuple[object, ...]]:
+    return sorted(map(tuple, frame.collect()), key=repr)
+
+
+def test_lone_views_judged_without_windows_equal_the_windowed_judgement(
+    log_frame: Callable[[Sequence[Event]], DataFrame], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Traffic with bots (replay loops, address bursts) and retries, over two days, with viewers
+    # that come back: (video, viewer) pairs of one view and of many.
+    start = 1_795_000_000_000 - 6 * 3_600_000
+    config = TrafficConfig(
+        seed=7, videos=30, viewers=400, events=8_000, rate=0.1, start_ms=start, bot_fraction=0.2
+    )
+    events = []
+    for item in generate(config):
+        sent = start + item.send_at_ms
+        events.append(stamped(parse_event(msgspec.json.encode(item.event), sent), sent))
+    views = [e for e in events if e.type == "view"]
+    per_pair = Counter((e.video_id, rules.viewer_of(e)) for e in {e.event_id: e for e in views}.values())
+    assert {n == 1 for n in per_pair.values()} == {True, False}
+    assert len({e.ts // rules.DAY_MS for e in views}) >= 2
+    frame = log_frame(events)
+
+    shortcut = _sorted_rows(classify(frame))
+    monkeypatch.setattr(hashes, "MAX_BROADCAST_REPEATS", -1)  # every view through the windows
+    windowed = _sorted_rows(classify(frame))
+
+    assert shortcut == windowed
+    outcomes = Counter(row[8] for row in shortcut)  # the `outcome` column of `CLASSIFIED`
+    assert {"counted", "repeat", "rejected", "short"} <= set(outcomes)
