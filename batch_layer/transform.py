@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -257,32 +257,62 @@ def classify(events: DataFrame) -> DataFrame:
     return first
 
 
+# The outcomes `grain_counts` counts, in the order of their codes.
+_OUTCOMES = (COUNTED, rules.LIKED, rules.DISLIKED, SHORT, REPEAT, REJECTED)
+
+
+def _code(column: Column, values: Sequence[str]) -> Column:
+    """The index of `column`'s value in `values` (null for any other value)."""
+    code = F.when(column == values[0], F.lit(0))
+    for index, value in enumerate(values[1:], start=1):
+        code = code.when(column == value, F.lit(index))
+    return code
+
+
 def _counts() -> dict[str, Column]:
-    """Every count of the outputs over classified rows (`count_if`s: they add up over any key)."""
-    outcome = F.col("outcome")
+    """Every count of the outputs over rows coded by `grain_counts` (`count_if`s of small
+    integers: they add up over any key)."""
+    outcome, reason = F.col("_outcome"), F.col("_reason")
+
+    def of(value: str) -> Column:
+        return F.count_if(outcome == _OUTCOMES.index(value))
+
     counts: dict[str, Column] = {
-        "views": F.count_if(outcome == COUNTED),
-        "likes": F.count_if(outcome == rules.LIKED),
-        "dislikes": F.count_if(outcome == rules.DISLIKED),
+        "views": of(COUNTED),
+        "likes": of(rules.LIKED),
+        "dislikes": of(rules.DISLIKED),
         "unique_viewers": F.count_if(F.col("new_viewer")),
         "unique_viewers_day": F.count_if(F.col("new_viewer_day")),
-        "short_views": F.count_if(outcome == SHORT),
-        "repeat_views": F.count_if(outcome == REPEAT),
-        "rejected": F.count_if(outcome == REJECTED),
+        "short_views": of(SHORT),
+        "repeat_views": of(REPEAT),
+        "rejected": of(REJECTED),
     }
-    for reason, column in zip(REASONS, REJECTED_COLUMNS, strict=True):
-        counts[column] = F.count_if((outcome == REJECTED) & (F.col("reason") == reason))
+    for index, column in enumerate(REJECTED_COLUMNS):
+        counts[column] = F.count_if(reason == index)
     return counts
 
 
 def grain_counts(classified: DataFrame, bucket_ms: int | None = None) -> DataFrame:
     """Every count per video, event-time `day` and, for views, ingestion `bucket` (`bucket_ms`;
     null for other events and without `bucket_ms`): the finest grain of the outputs, small enough
-    to keep, from which `video_totals`, `daily_totals` and the per-bucket series add up."""
+    to keep, from which `video_totals`, `daily_totals` and the per-bucket series add up.
+
+    Each row's outcome and a rejected view's reason are coded as integers once, so the twenty
+    counts compare integers rather than strings."""
     is_view = F.col("type") == "view"
     bucket = F.when(is_view, floor_div("ingest_ts", bucket_ms)) if bucket_ms else F.lit(None)
-    keyed = classified.withColumn("is_view", is_view).withColumn("bucket", bucket.cast("long"))
-    return keyed.groupBy("video_id", "day", "is_view", "bucket").agg(
+    outcome = F.col("outcome")
+    coded = classified.select(
+        "video_id",
+        "day",
+        is_view.alias("is_view"),
+        bucket.cast("long").alias("bucket"),
+        _code(outcome, _OUTCOMES).alias("_outcome"),
+        F.when(outcome == REJECTED, _code(F.col("reason"), REASONS)).alias("_reason"),
+        "new_viewer",
+        "new_viewer_day",
+    )
+    return coded.groupBy("video_id", "day", "is_view", "bucket").agg(
         *(count.alias(name) for name, count in _counts().items())
     )
 

@@ -4,7 +4,7 @@ The signals of a user agent, an address and a TLS fingerprint are computed by `c
 the driver, once per distinct value, and only the flagged values go back to the rows. The watch
 anomaly and the two window thresholds are Column expressions of the constants of `counting.bots`.
 The verdict of each of the 64 combinations of signals is `bots.rejection_reason`, evaluated on the
-driver and applied as a map, so weights, the reject score and the tie-break exist once.
+driver and applied as an array indexed by the mask, so weights, the reject score and the tie-break exist once.
 """
 
 from __future__ import annotations
@@ -158,6 +158,6 @@ def rejection_reason(static: Column, high_velocity: Column, replay_loop: Column)
     """The reason a view is rejected as a bot view (null: it is not), from its static signal mask
     (`with_static_signals`) and its two window signals."""
     window = {bots.ADDRESS_VELOCITY.name: high_velocity, bots.REPLAY_RATE.name: replay_loop}
-    reasons = {mask: reason for mask, reason in enumerate(bots.REJECTION_BY_MASK) if reason is not None}
-    table = F.create_map(*(F.lit(item) for pair in reasons.items() for item in pair))
+    # An array indexed by the mask: a map literal is searched key by key, boxing each key.
+    table = F.array(*(F.lit(reason).cast("string") for reason in bots.REJECTION_BY_MASK))
     return table[static + _mask(window)]
