@@ -63,6 +63,9 @@ def build_session(
         # hold views, and the cutoff is a range that the row groups' min/max statistics (still on)
         # prune by. Off: 100 -> 88 task CPU-s on 10 million events.
         .config("spark.hadoop.parquet.filter.dictionary.enabled", "false")
+        # The narrow log is kept serialized (see `transform.classify`): Kryo writes an UnsafeRow as
+        # its bytes, where Java serialization goes through ObjectOutputStream for every row.
+        .config("spark.serializer", "org.apache.spark.serializer.KryoSerializer")
     )
     if settings.spark_master.startswith("local"):
         # Local Python workers run this interpreter (PySpark's default is `python3` on the PATH).
