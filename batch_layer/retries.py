@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from batch_layer.hashes import repeated_hashes
+from batch_layer.hashes import mark_repeated
 
-_ID_HASH = "_id_hash"
+# The column that marks a row whose event id may have another copy (`batch_layer.hashes.mark_repeated`
+# of `id_hash`): only those rows are deduplicated by a sort.
+REPEATED = "_repeated"
+
+
+def id_hash() -> Column:
+    """The 64-bit hash of the event id that `REPEATED` is marked by."""
+    return F.xxhash64("event_id")
 
 
 def deduplicate(events: DataFrame) -> DataFrame:
@@ -22,19 +29,16 @@ def deduplicate(events: DataFrame) -> DataFrame:
     return events.withColumn("_copy", F.row_number().over(first)).where(F.col("_copy") == 1).drop("_copy")
 
 
-def without_retries(events: DataFrame) -> DataFrame:
-    """`deduplicate`, for a log whose event ids are nearly all unique: read `events` three times,
-    so keep them (e.g. `localCheckpoint`) beforehand.
+def mark_retries(events: DataFrame) -> DataFrame:
+    """`events` with `REPEATED` alone (an eager action)."""
+    return mark_repeated(events, {REPEATED: id_hash()})
 
-    A hash aggregate (`repeated_hashes`) finds the 64-bit hashes of event_id seen more than once. A
-    row whose hash occurs once is the only copy of its id and is kept as it is; the rows of the hashes
-    seen more than once (the retries, and the ids of a rare hash collision) are few and go through
-    `deduplicate`, so only they are shuffled and sorted by event_id.
-    """
-    hashed = events.withColumn(_ID_HASH, F.xxhash64("event_id"))
-    repeated = repeated_hashes(hashed, _ID_HASH)
-    if repeated is None:
-        return deduplicate(events)
-    single = hashed.join(repeated, on=_ID_HASH, how="left_anti").drop(_ID_HASH)
-    copies = deduplicate(hashed.join(repeated, on=_ID_HASH, how="left_semi").drop(_ID_HASH))
+
+def without_retries(marked: DataFrame) -> DataFrame:
+    """`deduplicate` of rows with `REPEATED` (the result has no such column), for a log whose event
+    ids are nearly all unique: a row not marked is the only copy of its id and is kept as it is; the
+    marked rows (the retries, and the ids of a rare hash collision) are few, and only they are
+    shuffled and sorted by event_id. Reads `marked` twice: keep it (e.g. `localCheckpoint`)."""
+    single = marked.where(~F.col(REPEATED)).drop(REPEATED)
+    copies = deduplicate(marked.where(F.col(REPEATED)).drop(REPEATED))
     return single.unionByName(copies.localCheckpoint(eager=True))

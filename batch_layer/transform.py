@@ -9,8 +9,8 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from batch_layer.hashes import repeated_hashes
-from batch_layer.retries import without_retries
+from batch_layer.hashes import mark_repeated
+from batch_layer.retries import REPEATED, id_hash, without_retries
 from batch_layer.session import partial_aggregation_bypassed
 from batch_layer.verdict import (
     STATIC_SIGNALS,
@@ -85,7 +85,14 @@ def _busy_addresses(views: DataFrame) -> DataFrame:
 
 
 _VIEWER_HASH = "_viewer_hash"
+# Marks a view whose (video, viewer) may have other views (`hashes.mark_repeated` of `_pair_hash`).
+_SHARED = "_shared"
 _HYPOTHESES = {"human": False, "looping": True}  # the two values of the replay signal
+
+
+def _pair_hash(viewer: Column) -> Column:
+    """The 64-bit hash of a view's (video, viewer): the views' shuffle key, and what `_SHARED` marks."""
+    return F.xxhash64(F.col("video_id"), viewer)
 
 
 def _candidate(loop: bool) -> Column:
@@ -109,8 +116,9 @@ def _decided(views: DataFrame) -> DataFrame:
         "view_window",
         STATIC_SIGNALS,
         "qualified",
+        _SHARED,
         busy.alias("_busy"),
-        F.xxhash64("video_id", "viewer").alias(_VIEWER_HASH),
+        _pair_hash(F.col("viewer")).alias(_VIEWER_HASH),
         *(
             (qualified & rejection_reason(static, busy, F.lit(loop)).isNull()).alias(f"_candidate_{name}")
             for name, loop in _HYPOTHESES.items()
@@ -191,15 +199,13 @@ def _view_outcomes(views: DataFrame) -> DataFrame:
     day (`new_viewer_day`).
 
     Most (video, viewer) pairs have one view (81 % of the views of the 10M benchmark), whose
-    outcome needs no window: a hash aggregate finds the hashes of (video, viewer) seen more than
-    once, and only their views are shuffled, sorted and windowed (`_outcomes`).
+    outcome needs no window: the views `_SHARED` marks (their pair's hash is seen on more than one
+    row of the log, a retry's copies included) are shuffled, sorted and windowed (`_outcomes`), the
+    others are judged alone.
     """
     decided = _decided(views)
-    shared = repeated_hashes(views.select(F.xxhash64("video_id", "viewer").alias(_VIEWER_HASH)), _VIEWER_HASH)
-    if shared is None:
-        return _outcomes(decided, alone=False)
-    alone = _outcomes(decided.join(shared, on=_VIEWER_HASH, how="left_anti"), alone=True)
-    together = _outcomes(decided.join(shared, on=_VIEWER_HASH, how="left_semi"), alone=False)
+    alone = _outcomes(decided.where(~F.col(_SHARED)), alone=True)
+    together = _outcomes(decided.where(F.col(_SHARED)), alone=False)
     return alone.unionByName(together)
 
 
@@ -220,7 +226,10 @@ def classify(events: DataFrame) -> DataFrame:
     # they read go before the shuffles. Only what the rules read crosses the deduplication.
     is_view = F.col("type") == "view"
     is_reaction = F.col("type").isin(*rules.REACTION_STATE) & F.col("user_id").isNotNull()
-    narrow = with_static_signals(events).select(
+    # Which ids may have copies and which views may share their (video, viewer) with others: one
+    # aggregate over the log before anything is kept, so the reads after test two columns.
+    hashes = {REPEATED: id_hash(), _SHARED: F.when(is_view, _pair_hash(viewer()))}
+    narrow = mark_repeated(with_static_signals(events), hashes).select(
         "event_id",
         "type",
         "video_id",
@@ -233,6 +242,8 @@ def classify(events: DataFrame) -> DataFrame:
         "ingest_ts",
         "kafka_partition",
         "kafka_offset",
+        REPEATED,
+        F.when(is_view, F.col(_SHARED)).alias(_SHARED),
     )
     # The narrow log is kept: retries are found in it, and it feeds the views, the reactions and
     # the other events. Kept serialized (one byte array per block, not an object per row), it
