@@ -5,8 +5,6 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from batch_layer.hashes import mark_repeated
-
 # The column that marks a row whose event id may have another copy (`batch_layer.hashes.mark_repeated`
 # of `id_hash`): only those rows are deduplicated by a sort.
 REPEATED = "_repeated"
@@ -27,11 +25,6 @@ def deduplicate(events: DataFrame) -> DataFrame:
         F.col("ingest_ts").asc_nulls_first(), F.col("kafka_partition"), F.col("kafka_offset")
     )
     return events.withColumn("_copy", F.row_number().over(first)).where(F.col("_copy") == 1).drop("_copy")
-
-
-def mark_retries(events: DataFrame) -> DataFrame:
-    """`events` with `REPEATED` alone (an eager action)."""
-    return mark_repeated(events, {REPEATED: id_hash()})
 
 
 def without_retries(marked: DataFrame) -> DataFrame:

@@ -245,7 +245,7 @@ def classify(events: DataFrame) -> DataFrame:
         REPEATED,
         F.when(is_view, F.col(_SHARED)).alias(_SHARED),
     )
-    # The narrow log is kept: retries are found in it, and it feeds the views, the reactions and
+    # The narrow log is kept: its marked rows are deduplicated, and it feeds the views, the reactions and
     # the other events. Kept serialized (one byte array per block, not an object per row), it
     # leaves the collector little to trace and copy: 10M events, GC 7.5 -> 2.3 s in all.
     kept = narrow.localCheckpoint(eager=True, storageLevel=StorageLevel.MEMORY_AND_DISK)

@@ -14,7 +14,8 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from batch_layer import hashes, verdict
-from batch_layer.retries import deduplicate, mark_retries, without_retries
+from batch_layer.hashes import mark_repeated
+from batch_layer.retries import REPEATED, deduplicate, id_hash, without_retries
 from batch_layer.transform import classify
 from batch_layer.verdict import _flag, _may_be_datacenter_ip
 from counting import bots, rules
@@ -86,7 +87,9 @@ def test_retries_by_counted_copies_equal_the_sorted_deduplication(spark: SparkSe
     ).localCheckpoint(eager=True)
 
     expected = sorted(map(tuple, deduplicate(frame).collect()), key=repr)
-    actual = sorted(map(tuple, without_retries(mark_retries(frame)).collect()), key=repr)
+    actual = sorted(
+        map(tuple, without_retries(mark_repeated(frame, {REPEATED: id_hash()})).collect()), key=repr
+    )
 
     assert actual == expected
     assert len(actual) == 3_001
