@@ -4,6 +4,10 @@
 archiver's layout, counts them with DuckDB and with the Spark transform of the batch job, checks
 that both give the same per-video counts, prints the figures as one line of JSON and writes them
 to bench/results/batch_layer.json.
+
+With `--repeat N` both engines run N times, alternating (DuckDB, Spark, DuckDB, ...), and the
+figures are the medians, with every run's time listed: single runs on a 2-core machine move by
+about 15 %, and the first run after writing the log is often the slowest.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -120,6 +125,13 @@ def run_spark(
     return table, {"session": session_seconds, "baseline": baseline_seconds, "job": job_seconds}
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--repeat must be at least 1 (got {value})")
+    return value
+
+
 def _differences(spark: pa.Table, duck: pa.Table) -> int:
     """How many videos differ between the two per-video tables (0: equal)."""
     left = {row["video_id"]: row for row in spark.to_pylist()}
@@ -134,6 +146,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cores", type=int, default=2, help="Spark local[N] and DuckDB threads")
     parser.add_argument("--data-dir", type=Path, default=None, help="keep the generated data here")
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--repeat", type=_positive, default=1, help="runs of each engine, alternating; medians reported"
+    )
     args = parser.parse_args(argv)
 
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="tally-bench-batch-"))
@@ -146,18 +161,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         generate_seconds = time.monotonic() - started
         cutoff_ms = traffic.start_ms + traffic.span_ms + 24 * 3_600_000  # every row is before it
 
-        print("counting with DuckDB ...", file=sys.stderr, flush=True)
-        duck_table, duck_seconds = run_duckdb(settings.raw_dir, cutoff_ms, args.cores)
-        print(f"  {duck_seconds:.1f} s; counting with Spark ...", file=sys.stderr, flush=True)
-        spark_table, spark_times = run_spark(settings, cutoff_ms)
-        print(f"  {spark_times['job']:.1f} s", file=sys.stderr, flush=True)
-        differing = _differences(spark_table, duck_table)
+        duck_runs: list[float] = []
+        spark_runs: list[dict[str, float]] = []
+        differing = 0
+        for run in range(1, args.repeat + 1):
+            print(f"run {run}/{args.repeat}: counting with DuckDB ...", file=sys.stderr, flush=True)
+            duck_table, duck_seconds = run_duckdb(settings.raw_dir, cutoff_ms, args.cores)
+            print(f"  {duck_seconds:.1f} s; counting with Spark ...", file=sys.stderr, flush=True)
+            spark_table, spark_times = run_spark(settings, cutoff_ms)
+            print(f"  {spark_times['job']:.1f} s", file=sys.stderr, flush=True)
+            duck_runs.append(duck_seconds)
+            spark_runs.append(spark_times)
+            differing = max(differing, _differences(spark_table, duck_table))
     finally:
         if args.data_dir is None:
             shutil.rmtree(data_dir, ignore_errors=True)
 
+    duck_seconds = statistics.median(duck_runs)
+    spark_times = {phase: statistics.median(run[phase] for run in spark_runs) for phase in spark_runs[0]}
     result = {
         "benchmark": "batch_layer",
+        "repeat": args.repeat,
+        "duckdb_runs_seconds": [round(s, 2) for s in duck_runs],
+        "spark_runs_seconds": [round(run["job"], 2) for run in spark_runs],
         "events": args.events,
         "files": files,
         "videos": spark_table.num_rows,
