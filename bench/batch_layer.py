@@ -125,10 +125,14 @@ def run_spark(
     return table, {"session": session_seconds, "baseline": baseline_seconds, "job": job_seconds}
 
 
-def _positive(text: str) -> int:
-    value = int(text)
+def _repeat_count(text: str) -> int:
+    """`--repeat`: a whole number of runs, at least 1; the error names the option and the value."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
     if value < 1:
-        raise argparse.ArgumentTypeError(f"--repeat must be at least 1 (got {value})")
+        raise argparse.ArgumentTypeError(f"--repeat must be a whole number, at least 1 (got {text!r})")
     return value
 
 
@@ -147,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path, default=None, help="keep the generated data here")
     parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument(
-        "--repeat", type=_positive, default=1, help="runs of each engine, alternating; medians reported"
+        "--repeat", type=_repeat_count, default=1, help="runs of each engine, alternating; medians reported"
     )
     args = parser.parse_args(argv)
 
