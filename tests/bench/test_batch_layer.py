@@ -1,0 +1,56 @@
+"""`python -m bench.batch_layer`: Spark against the DuckDB rules query on one generated log, run as
+its own process (each Spark run starts a JVM of its own)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "bench.batch_layer", *args]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_both_engines_run_alternately_and_agree_on_every_video(tmp_path: Path) -> None:
+    output = tmp_path / "batch_layer.json"
+
+    run = _run(
+        "--events",
+        "3000",
+        "--seed",
+        "3",
+        "--repeat",
+        "2",
+        "--data-dir",
+        str(tmp_path),
+        "--output",
+        str(output),
+    )
+
+    assert run.returncode == 0, run.stderr[-2_000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result == json.loads(output.read_text())
+    assert result["per_video_equal"] and result["videos_differing"] == 0
+    assert result["events"] == 3000 and result["videos"] > 0 and result["counted_views"] > 0
+    assert len(result["duckdb_runs_seconds"]) == len(result["spark_runs_seconds"]) == 2
+    assert (
+        sorted(result["spark_runs_seconds"])[0]
+        <= result["spark_seconds"]
+        <= max(result["spark_runs_seconds"])
+    )
+    assert run.stderr.count("counting with Spark") == 2
+
+
+def test_a_repeat_below_one_is_refused_with_the_value() -> None:
+    run = _run("--repeat", "0")
+
+    assert run.returncode == 2
+    assert "--repeat must be a whole number, at least 1 (got '0')" in run.stderr
