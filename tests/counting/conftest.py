@@ -12,8 +12,9 @@ NOW_MS = 1_780_272_000_000  # 2026-06-01T00:00:00Z
 EventFactory = Callable[..., dict[str, Any]]
 
 
-def valid_event(kind: str = "view", **overrides: Any) -> dict[str, Any]:
-    """A valid event of `kind` as the client sends it; `overrides` replace or add fields."""
+def valid_event(kind: str = "view", /, **overrides: Any) -> dict[str, Any]:
+    """A valid event of `kind` as the client sends it; `overrides` replace or add fields. `kind`
+    is positional only, so any name (even `kind`) can be given as a field."""
     event: dict[str, Any] = {"event_id": "e-1", "type": kind, "video_id": "v0001", "ts": NOW_MS}
     if kind in ("view", "heartbeat"):
         event["session_id"] = "s-1"
