@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from counting import bots, rules
 from counting.logschema import LOG_COLUMNS
 from counting.traffic import BROWSERS, DEFAULT_START_MS, HEADLESS_AGENTS
+from speed_layer.archiver import write_log_file
 
 _ARROW = {"string": pa.string(), "int64": pa.int64(), "double": pa.float64()}
 LOG_SCHEMA = pa.schema([(name, _ARROW[kind]) for name, kind in LOG_COLUMNS])
@@ -109,7 +109,7 @@ class _Writer:
             folder = self.raw_dir / f"ingest_date={moment:%Y-%m-%d}" / f"ingest_hour={moment:%H}"
             folder.mkdir(parents=True, exist_ok=True)
             name = f"events-p{key % PARTITIONS}-{chunk:04d}.parquet"
-            pq.write_table(table.slice(begin, end - begin), folder / name)
+            write_log_file(table.slice(begin, end - begin), folder / name)
             self.files += 1
 
 

@@ -10,12 +10,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from counting.event import Event
-from counting.logschema import EVENT_COLUMNS, LOG_COLUMNS
+from counting.logschema import DICTIONARY_COLUMNS, EVENT_COLUMNS, LOG_COLUMNS
 from speed_layer import logs
 from speed_layer.errors import PoisonRecord
 from speed_layer.records import Record, by_partition, decode_record
@@ -184,9 +185,14 @@ def table_of(events: list[tuple[Event, int]], partition: int) -> pa.Table:
     return pa.Table.from_pydict(data, schema=SCHEMA)
 
 
+def write_log_file(table: pa.Table, where: Path | BinaryIO) -> None:
+    """Write log rows as one Parquet file of the log: only `DICTIONARY_COLUMNS` dictionary-encoded."""
+    pq.write_table(table, where, use_dictionary=list(DICTIONARY_COLUMNS))
+
+
 def _write_table(path: Path, events: list[tuple[Event, int]], partition: int) -> None:
     with open(path, "wb") as handle:
-        pq.write_table(table_of(events, partition), handle)
+        write_log_file(table_of(events, partition), handle)
         handle.flush()
         os.fsync(handle.fileno())
 

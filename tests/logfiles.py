@@ -10,11 +10,11 @@ from pathlib import Path
 
 import msgspec
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from counting import oracle
 from counting.event import Event
 from counting.logschema import LOG_COLUMNS
+from speed_layer.archiver import write_log_file
 from warehouse.baseline import BaselineRow
 
 _ARROW_TYPES = {"string": pa.string(), "int64": pa.int64(), "double": pa.float64()}
@@ -41,7 +41,7 @@ def hour_folder(raw_dir: Path, ingest_ts: int) -> Path:
 def write_rows(folder: Path, name: str, rows: list[dict[str, object]]) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / name
-    pq.write_table(pa.Table.from_pylist(rows, schema=LOG_ARROW_SCHEMA), path)
+    write_log_file(pa.Table.from_pylist(rows, schema=LOG_ARROW_SCHEMA), path)
     return path
 
 

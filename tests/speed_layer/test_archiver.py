@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from counting.event import Event
-from counting.logschema import LOG_COLUMNS
+from counting.logschema import DICTIONARY_COLUMNS, LOG_COLUMNS
 from counting.wire import encode_events
 from speed_layer.archiver import ParquetLog, file_name, hour_dir
 from speed_layer.records import Record
@@ -57,6 +57,18 @@ def test_writes_rows_into_their_ingest_hour_with_offsets(tmp_path: Path, events:
         for event in Traffic.decode(record):
             assert offsets[(event.event_id, event.ingest_ts)] == record.offset
     assert pq.read_schema(report.files[0]).names == [name for name, _ in LOG_COLUMNS]
+
+
+def test_only_the_dictionary_columns_are_dictionary_encoded(tmp_path: Path, events: list[Event]) -> None:
+    report = ParquetLog(tmp_path, TOPIC).write(_records(events, partition=0, first_offset=0))
+    for path in report.files:
+        metadata = pq.ParquetFile(path).metadata
+        for group in range(metadata.num_row_groups):
+            chunks = [metadata.row_group(group).column(i) for i in range(metadata.num_columns)]
+            encoded = {chunk.path_in_schema for chunk in chunks if chunk.has_dictionary_page}
+            assert encoded == set(DICTIONARY_COLUMNS)
+            for chunk in chunks:
+                assert ("RLE_DICTIONARY" in chunk.encodings) == (chunk.path_in_schema in DICTIONARY_COLUMNS)
 
 
 def test_a_rerun_and_a_restart_write_nothing_twice(tmp_path: Path, events: list[Event]) -> None:
