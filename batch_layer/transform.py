@@ -99,15 +99,16 @@ def _candidate(loop: bool) -> Column:
     return F.col(f"_candidate_{'looping' if loop else 'human'}")
 
 
-def _decided(views: DataFrame) -> DataFrame:
-    """The views with what their outcome reads: the address velocity signal (`_busy`), the hash
-    of (video, viewer), and whether each is a candidate (a qualified view the other signals do not
-    reject) for both values of the replay signal. Only these columns cross the views' shuffle and
-    fill the window buffers."""
+def _decided(rows: DataFrame, busy_addresses: DataFrame) -> DataFrame:
+    """The rows with what a view's outcome reads: the address velocity signal (`_busy`, from the
+    views' `_busy_addresses`), the hash of (video, viewer), and whether each is a candidate (a
+    qualified view the other signals do not reject) for both values of the replay signal. Only
+    these columns cross the views' shuffle and fill the window buffers."""
     busy = F.coalesce(F.col("_busy"), F.lit(False))
     static, qualified = F.col(STATIC_SIGNALS), F.col("qualified")
-    return views.join(_busy_addresses(views), on=["ip", "minute"], how="left").select(
+    return rows.join(busy_addresses, on=["ip", "minute"], how="left").select(
         "event_id",
+        "type",
         "video_id",
         "viewer",
         "ts",
@@ -127,7 +128,8 @@ def _decided(views: DataFrame) -> DataFrame:
 
 
 def _outcomes(decided: DataFrame, alone: bool) -> DataFrame:
-    """`decided` views with their outcome, reason, `new_viewer` and `new_viewer_day`.
+    """`decided` rows with their outcome, reason, `new_viewer` and `new_viewer_day`: a view's, and
+    for any other row (only with `alone`) a null outcome and reason and two false flags.
 
     With `alone`, each view is the only one of its (video, viewer): no earlier view, one view
     that day. Otherwise the views are shuffled by the hash of (video, viewer) and sorted by it,
@@ -173,13 +175,15 @@ def _outcomes(decided: DataFrame, alone: bool) -> DataFrame:
     def first_of_day(loop: bool, earlier: Column) -> Column:
         return _candidate(loop) & earlier.isNull()
 
+    is_view = F.col("type") == "view"
     outcomes = judged.withColumn(
         "outcome",
-        F.when(~qualified, F.lit(SHORT))
+        F.when(~is_view, F.lit(None).cast("string"))
+        .when(~qualified, F.lit(SHORT))
         .when(F.col("reason").isNotNull(), F.lit(REJECTED))
         .when(chosen(first_of_window), F.lit(COUNTED))
         .otherwise(F.lit(REPEAT)),
-    ).withColumn("new_viewer_day", chosen(first_of_day))
+    ).withColumn("new_viewer_day", is_view & chosen(first_of_day))
     # The first view of the day that counted is the day's first candidate, so `new_viewer_day`
     # holds on one view per (video, viewer, day) with a counted view: the first such day's is new.
     earlier_day = (
@@ -189,23 +193,25 @@ def _outcomes(decided: DataFrame, alone: bool) -> DataFrame:
     )
     return outcomes.withColumn(
         "new_viewer", F.col("new_viewer_day") & F.coalesce(earlier_day == 0, F.lit(True))
-    ).withColumn("type", F.lit("view"))
+    )
 
 
-def _view_outcomes(views: DataFrame) -> DataFrame:
+def _view_outcomes(rows: DataFrame) -> DataFrame:
     """Each view's outcome and rejection reason: short, rejected (as a bot), a repeat within its
     window, or counted (the first qualified human view of its window by ingestion order); and
     whether it is the first counted view of its viewer for the video (`new_viewer`), and of that
-    day (`new_viewer_day`).
+    day (`new_viewer_day`). Rows of other events pass with a null outcome (reactions excepted:
+    they are `_reaction_outcomes`' and must not be among `rows`).
 
     Most (video, viewer) pairs have one view (81 % of the views of the 10M benchmark), whose
     outcome needs no window: the views `_SHARED` marks (their pair's hash is seen on more than one
     row of the log, a retry's copies included) are shuffled, sorted and windowed (`_outcomes`), the
-    others are judged alone.
+    others are judged alone, in the same read of the kept log as the other events.
     """
-    decided = _decided(views)
-    alone = _outcomes(decided.where(~F.col(_SHARED)), alone=True)
-    together = _outcomes(decided.where(F.col(_SHARED)), alone=False)
+    shared = (F.col("type") == "view") & F.col(_SHARED)
+    busy = _busy_addresses(rows.where(F.col("type") == "view"))
+    alone = _outcomes(_decided(rows.where(~shared), busy), alone=True)
+    together = _outcomes(_decided(rows.where(shared), busy), alone=False)
     return alone.unionByName(together)
 
 
@@ -256,15 +262,16 @@ def classify(events: DataFrame) -> DataFrame:
         .withColumn("view_window", floor_div("ts", rules.VIEW_WINDOW_MS))
     )
     is_reaction = F.col("user_id").isNotNull()
-    views = _view_outcomes(timed.where(is_view))
+    # Views and the other events but reactions: one read of the kept log for the lone views and the
+    # others (each read deserializes every kept row), and the shared views' shuffle.
+    views = _view_outcomes(timed.where(~is_reaction))
     reactions = _reaction_outcomes(timed.where(is_reaction))
-    others = timed.where(~is_view & ~is_reaction).withColumn("outcome", F.lit(None).cast("string"))
     nothing = {
         "reason": F.lit(None).cast("string"),
         "new_viewer": F.lit(False),
         "new_viewer_day": F.lit(False),
     }
-    parts = (views, reactions.withColumns(nothing), others.withColumns(nothing))
+    parts = (views, reactions.withColumns(nothing))
     first, *rest = (part.select(*CLASSIFIED) for part in parts)
     for part in rest:
         first = first.unionByName(part)
