@@ -24,7 +24,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 from batch_layer.errors import BatchError
 from batch_layer.extract import read_log
 from batch_layer.session import build_session
-from batch_layer.transform import COUNTED, classify, floor_div
+from batch_layer.transform import COUNTED, classify, floor_div, is_view
 from counting import rules
 from counting.catalog import CatalogRow
 from counting.rules import RULES_VERSION
@@ -82,7 +82,7 @@ def _day_files(events: DataFrame, raw_dir: Path) -> dict[int, set[str]]:
     """Per event-time day, the files holding a view of that day (the views that decide that day's
     counted views: bot windows and view windows never cross a UTC day)."""
     pairs = (
-        events.where(F.col("type") == "view")
+        events.where(is_view())
         .select(floor_div("ts", rules.DAY_MS).alias("day"), F.col(_FILE))
         .distinct()
         .collect()

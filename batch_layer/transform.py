@@ -58,6 +58,11 @@ def floor_div(column: str, divisor: int) -> Column:
     return ((value - F.pmod(value, F.lit(divisor))) / F.lit(divisor)).cast("long")
 
 
+def is_view() -> Column:
+    """Whether the row is a view event."""
+    return F.col("type") == F.lit("view")
+
+
 def viewer() -> Column:
     """`rules.viewer_of`: the user, or the anonymous prefix and the session."""
     return F.coalesce(F.col("user_id"), F.concat(F.lit(ANON_PREFIX), F.col("session_id")))
@@ -175,15 +180,14 @@ def _outcomes(decided: DataFrame, alone: bool) -> DataFrame:
     def first_of_day(loop: bool, earlier: Column) -> Column:
         return _candidate(loop) & earlier.isNull()
 
-    is_view = F.col("type") == "view"
     outcomes = judged.withColumn(
         "outcome",
-        F.when(~is_view, F.lit(None).cast("string"))
+        F.when(~is_view(), F.lit(None).cast("string"))
         .when(~qualified, F.lit(SHORT))
         .when(F.col("reason").isNotNull(), F.lit(REJECTED))
         .when(chosen(first_of_window), F.lit(COUNTED))
         .otherwise(F.lit(REPEAT)),
-    ).withColumn("new_viewer_day", is_view & chosen(first_of_day))
+    ).withColumn("new_viewer_day", is_view() & chosen(first_of_day))
     # The first view of the day that counted is the day's first candidate, so `new_viewer_day`
     # holds on one view per (video, viewer, day) with a counted view: the first such day's is new.
     earlier_day = (
@@ -208,8 +212,8 @@ def _view_outcomes(rows: DataFrame) -> DataFrame:
     row of the log, a retry's copies included) are shuffled, sorted and windowed (`_outcomes`), the
     others are judged alone, in the same read of the kept log as the other events.
     """
-    shared = (F.col("type") == "view") & F.col(_SHARED)
-    busy = _busy_addresses(rows.where(F.col("type") == "view"))
+    shared = is_view() & F.col(_SHARED)
+    busy = _busy_addresses(rows.where(is_view()))
     alone = _outcomes(_decided(rows.where(~shared), busy), alone=True)
     together = _outcomes(_decided(rows.where(shared), busy), alone=False)
     return alone.unionByName(together)
@@ -230,26 +234,26 @@ def classify(events: DataFrame) -> DataFrame:
     `new_viewer_day`: of the video that day). The columns are `CLASSIFIED`."""
     # The static bot signals are properties of a row: computed first, they let the wide columns
     # they read go before the shuffles. Only what the rules read crosses the deduplication.
-    is_view = F.col("type") == "view"
+    view = is_view()
     is_reaction = F.col("type").isin(*rules.REACTION_STATE) & F.col("user_id").isNotNull()
     # Which ids may have copies and which views may share their (video, viewer) with others: one
     # aggregate over the log before anything is kept, so the reads after test two columns.
-    hashes = {REPEATED: id_hash(), _SHARED: F.when(is_view, _pair_hash(viewer()))}
+    hashes = {REPEATED: id_hash(), _SHARED: F.when(view, _pair_hash(viewer()))}
     narrow = mark_repeated(with_static_signals(events), hashes).select(
         "event_id",
         "type",
         "video_id",
         F.when(is_reaction, F.col("user_id")).alias("user_id"),
-        F.when(is_view, viewer()).alias("viewer"),
-        F.when(is_view, F.col("ip")).alias("ip"),
+        F.when(view, viewer()).alias("viewer"),
+        F.when(view, F.col("ip")).alias("ip"),
         STATIC_SIGNALS,
-        F.when(is_view, _is_qualified()).alias("qualified"),
+        F.when(view, _is_qualified()).alias("qualified"),
         "ts",
         "ingest_ts",
         "kafka_partition",
         "kafka_offset",
         REPEATED,
-        F.when(is_view, F.col(_SHARED)).alias(_SHARED),
+        F.when(view, F.col(_SHARED)).alias(_SHARED),
     )
     # The narrow log is kept: its marked rows are deduplicated, and it feeds the views, the reactions and
     # the other events. Kept serialized (one byte array per block, not an object per row), it
@@ -264,14 +268,14 @@ def classify(events: DataFrame) -> DataFrame:
     is_reaction = F.col("user_id").isNotNull()
     # Views and the other events but reactions: one read of the kept log for the lone views and the
     # others (each read deserializes every kept row), and the shared views' shuffle.
-    views = _view_outcomes(timed.where(~is_reaction))
+    judged = _view_outcomes(timed.where(~is_reaction))
     reactions = _reaction_outcomes(timed.where(is_reaction))
     nothing = {
         "reason": F.lit(None).cast("string"),
         "new_viewer": F.lit(False),
         "new_viewer_day": F.lit(False),
     }
-    parts = (views, reactions.withColumns(nothing))
+    parts = (judged, reactions.withColumns(nothing))
     first, *rest = (part.select(*CLASSIFIED) for part in parts)
     for part in rest:
         first = first.unionByName(part)
@@ -320,13 +324,13 @@ def grain_counts(classified: DataFrame, bucket_ms: int | None = None) -> DataFra
 
     Each row's outcome and a rejected view's reason are coded as integers once, so the twenty
     counts compare integers rather than strings."""
-    is_view = F.col("type") == "view"
-    bucket = F.when(is_view, floor_div("ingest_ts", bucket_ms)) if bucket_ms else F.lit(None)
+    view = is_view()
+    bucket = F.when(view, floor_div("ingest_ts", bucket_ms)) if bucket_ms else F.lit(None)
     outcome = F.col("outcome")
     coded = classified.select(
         "video_id",
         "day",
-        is_view.alias("is_view"),
+        view.alias("is_view"),
         bucket.cast("long").alias("bucket"),
         _code(outcome, _OUTCOMES).alias("_outcome"),
         F.when(outcome == REJECTED, _code(F.col("reason"), REASONS)).alias("_reason"),
