@@ -6,9 +6,12 @@ action on the driver and per stage from Spark's event log.
 Spark's event log on, and prints each action's wall time on the driver (`localCheckpoint`,
 `toArrow`, `count`, the two Parquet writes; the session's warm-up query apart), then each stage
 that took at least `--min-seconds`: wall time, the task threads' run, CPU and GC time, and its
-number of tasks. The job's wall time
-minus the actions' is driver time (building and analysing plans). One line of JSON at the end,
-also written to bench/results/batch_stages.json.
+number of tasks. The job's wall time minus the actions' is driver time (building and analysing
+plans); `idle_seconds` is the time between the first stage's start and the last one's end when no
+stage ran (the driver planning, answering py4j calls from Python, building broadcasts). With
+`--profile`, a Java Flight Recording of the JVM gives each listed stage its task threads' hottest
+methods (`bench.jfr`). One line of JSON at the end, also written to
+bench/results/batch_stages.json.
 
 The stage numbers say where the work is; the job's wall time moves by ±10 % between runs of the
 same code on a 2-core machine, so compare codes in alternating runs, not from one run each.
@@ -26,10 +29,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from pyspark import SparkContext
 from pyspark.sql.classic.dataframe import DataFrame
 from pyspark.sql.readwriter import DataFrameWriter
 
+from batch_layer.session import LOCAL_JIT_OPTIONS
 from bench.batch_layer import run_spark
+from bench.jfr import RECORDING_OPTION, JfrUnavailable, dump, hot_methods, reader, task_samples
 from counting.settings import Settings
 
 RESULTS = Path(__file__).resolve().parent / "results" / "batch_stages.json"
@@ -93,12 +99,25 @@ def stages(event_log: Path) -> list[dict[str, Any]]:
     return sorted(found, key=lambda s: s["stage"])
 
 
+def idle_seconds(found: Sequence[dict[str, Any]]) -> float:
+    """The time from the first stage's start to the last one's end during which no stage ran."""
+    idle, end = 0.0, None
+    for s in sorted(found, key=lambda s: s["start_ms"]):
+        if end is not None and s["start_ms"] > end:
+            idle += s["start_ms"] - end
+        end = max(end or 0, s["start_ms"] + s["wall_s"] * 1000)
+    return round(idle / 1000, 2)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.batch_stages", description=__doc__)
     parser.add_argument("--data-dir", type=Path, required=True, help="where bench.batch_layer kept its log")
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--min-seconds", type=float, default=1.0, help="list stages at least this long")
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--profile", action="store_true", help="record the JVM (JFR) and list each stage's hottest methods"
+    )
     args = parser.parse_args(argv)
     settings = Settings(data_dir=args.data_dir, spark_master=f"local[{args.cores}]")
     if not any(settings.raw_dir.rglob("*.parquet")):
@@ -108,6 +127,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.profile:
+        try:
+            reader()
+        except JfrUnavailable as exc:
+            print(exc, file=sys.stderr)
+            return 2
     actions: list[tuple[str, float]] = []
     with tempfile.TemporaryDirectory(prefix="tally-eventlog-") as logs:
         conf = {
@@ -115,10 +140,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             "spark.eventLog.compress": "false",
             "spark.eventLog.dir": Path(logs).as_uri(),
         }
+        recording = Path(logs) / "job.jfr"
+        if args.profile:
+            conf["spark.driver.extraJavaOptions"] = f"{LOCAL_JIT_OPTIONS} {RECORDING_OPTION}"
         with timed_actions(actions):
             _, times = run_spark(settings, FAR_CUTOFF_MS, conf)
         (event_log,) = Path(logs).rglob("events_*")  # Spark 4's rolling log: one file for a short job
         found = stages(event_log)
+        if args.profile:
+            gateway = SparkContext._gateway  # the job's session is stopped, its JVM is not
+            assert gateway is not None, "run_spark started a JVM"
+            dump(gateway.jvm, recording)
+            hot = hot_methods(task_samples(recording), found)
+            for s in found:
+                s["hot"] = hot.get(s["stage"], {"samples": 0, "methods": []})
     # The first action is run_spark's warm-up (`spark.range(1).count()`), timed with the session.
     warmup, *actions = actions
     first = min((s["start_ms"] for s in found), default=0)
@@ -132,6 +167,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"tasks {s['tasks']:3d}  {s['name']}",
                 file=sys.stderr,
             )
+            top = s.get("hot", {"samples": 0, "methods": []})
+            for method, n in top["methods"]:
+                print(f"    {n / top['samples']:6.1%} {method}", file=sys.stderr)
+    print(f"idle between stages {idle_seconds(found):6.2f} s", file=sys.stderr)
     result = {
         "benchmark": "batch_stages",
         "job_seconds": round(times["job"], 2),
@@ -142,6 +181,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "task_run_seconds": round(sum(s["run_s"] for s in found), 1),
         "task_cpu_seconds": round(sum(s["cpu_s"] for s in found), 1),
         "task_gc_seconds": round(sum(s["gc_s"] for s in found), 1),
+        "idle_seconds": idle_seconds(found),
+        "profiled": args.profile,
         "stages": found,
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
