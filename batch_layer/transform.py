@@ -104,18 +104,35 @@ def _candidate(loop: bool) -> Column:
     return F.col(f"_candidate_{'looping' if loop else 'human'}")
 
 
+# Marks a reaction row (a like, dislike or their undoing by a user), judged with the shared views.
+_REACTION = "_reaction"
+
+
+def _is_kept_reaction() -> Column:
+    """Whether a row of the kept log is a reaction: `classify` keeps a user on reactions only."""
+    return F.col("user_id").isNotNull()
+
+
+# The person of a row: a view's viewer, a reaction's user.
+_PERSON = "_person"
+
+
 def _decided(rows: DataFrame, busy_addresses: DataFrame) -> DataFrame:
-    """The rows with what a view's outcome reads: the address velocity signal (`_busy`, from the
-    views' `_busy_addresses`), the hash of (video, viewer), and whether each is a candidate (a
-    qualified view the other signals do not reject) for both values of the replay signal. Only
-    these columns cross the views' shuffle and fill the window buffers."""
+    """The rows with what an outcome reads: the address velocity signal (`_busy`, from the views'
+    `_busy_addresses`), whether the row is a reaction, its person (the viewer of a view, the user
+    of a reaction), the hash of (video, person), and whether each view is a candidate (a qualified
+    view the other signals do not reject) for both values of the replay signal. Only these columns
+    cross the shuffle and fill the window buffers."""
     busy = F.coalesce(F.col("_busy"), F.lit(False))
     static, qualified = F.col(STATIC_SIGNALS), F.col("qualified")
+    person = F.coalesce(F.col("viewer"), F.col("user_id"))
     return rows.join(busy_addresses, on=["ip", "minute"], how="left").select(
         "event_id",
         "type",
         "video_id",
         "viewer",
+        _is_kept_reaction().alias(_REACTION),
+        person.alias(_PERSON),
         "ts",
         "ingest_ts",
         "day",
@@ -124,7 +141,7 @@ def _decided(rows: DataFrame, busy_addresses: DataFrame) -> DataFrame:
         "qualified",
         _SHARED,
         busy.alias("_busy"),
-        _pair_hash(F.col("viewer")).alias(_VIEWER_HASH),
+        _pair_hash(person).alias(_VIEWER_HASH),
         *(
             (qualified & rejection_reason(static, busy, F.lit(loop)).isNull()).alias(f"_candidate_{name}")
             for name, loop in _HYPOTHESES.items()
@@ -133,8 +150,10 @@ def _decided(rows: DataFrame, busy_addresses: DataFrame) -> DataFrame:
 
 
 def _outcomes(decided: DataFrame, alone: bool) -> DataFrame:
-    """`decided` rows with their outcome, reason, `new_viewer` and `new_viewer_day`: a view's, and
-    for any other row (only with `alone`) a null outcome and reason and two false flags.
+    """`decided` rows with their outcome, reason, `new_viewer` and `new_viewer_day`: a view's; a
+    reaction's state if it is its (user, video) pair's latest by `rules.reaction_order` (ts,
+    event_id), else null (not with `alone`); for any other row (only with `alone`) a null outcome.
+    Rows other than views get a null reason and two false flags.
 
     With `alone`, each view is the only one of its (video, viewer): no earlier view, one view
     that day. Otherwise the views are shuffled by the hash of (video, viewer) and sorted by it,
@@ -148,9 +167,12 @@ def _outcomes(decided: DataFrame, alone: bool) -> DataFrame:
       window, and the first of its day when there is no earlier candidate at all; the replay
       signal then picks one of the two values.
     - per (video, viewer): whether an earlier day already brought a first counted view.
+
+    Reactions share the shuffle and the sort (their person and a reaction mark are in the key, so
+    they never meet the views): per (video, user), the greatest (ts, event_id) is the latest.
     """
     static, qualified = F.col(STATIC_SIGNALS), F.col("qualified")
-    viewer_key = [_VIEWER_HASH, "video_id", "viewer"]
+    viewer_key = [_VIEWER_HASH, "video_id", _PERSON, _REACTION]
     order = [F.col("view_window"), F.col("ingest_ts").asc_nulls_first(), F.col("event_id")]
     in_day = Window.partitionBy(*viewer_key, "day").orderBy(*order)
     of_viewer = Window.partitionBy(*viewer_key).orderBy("day", *order)
@@ -168,6 +190,10 @@ def _outcomes(decided: DataFrame, alone: bool) -> DataFrame:
     }
     judged = (decided if alone else decided.repartition(_VIEWER_HASH)).withColumns(signals)
     judged = judged.withColumn("reason", rejection_reason(static, F.col("_busy"), F.col("_replay")))
+    reaction_order = F.struct("ts", "event_id")  # `rules.reaction_order`
+    whole_pair = Window.partitionBy(*viewer_key)
+    latest = F.lit(False) if alone else reaction_order == F.max(reaction_order).over(whole_pair)
+    states = F.create_map(*(F.lit(item) for pair in rules.REACTION_STATE.items() for item in pair))
 
     def chosen(hypothesis: Callable[[bool, Column], Column]) -> Column:
         return F.when(F.col("_replay"), hypothesis(True, F.col("_earlier_looping"))).otherwise(
@@ -182,7 +208,8 @@ def _outcomes(decided: DataFrame, alone: bool) -> DataFrame:
 
     outcomes = judged.withColumn(
         "outcome",
-        F.when(~is_view(), F.lit(None).cast("string"))
+        F.when(F.col(_REACTION), F.when(latest, states[F.col("type")]))
+        .when(~is_view(), F.lit(None).cast("string"))
         .when(~qualified, F.lit(SHORT))
         .when(F.col("reason").isNotNull(), F.lit(REJECTED))
         .when(chosen(first_of_window), F.lit(COUNTED))
@@ -200,31 +227,23 @@ def _outcomes(decided: DataFrame, alone: bool) -> DataFrame:
     )
 
 
-def _view_outcomes(rows: DataFrame) -> DataFrame:
-    """Each view's outcome and rejection reason: short, rejected (as a bot), a repeat within its
-    window, or counted (the first qualified human view of its window by ingestion order); and
-    whether it is the first counted view of its viewer for the video (`new_viewer`), and of that
-    day (`new_viewer_day`). Rows of other events pass with a null outcome (reactions excepted:
-    they are `_reaction_outcomes`' and must not be among `rows`).
+def _judged(rows: DataFrame) -> DataFrame:
+    """Each row's outcome (`_outcomes`). A view's: short, rejected (as a bot) with its reason, a
+    repeat within its window, or counted (the first qualified human view of its window by
+    ingestion order), and whether it is the first counted view of its viewer for the video
+    (`new_viewer`) and of that day (`new_viewer_day`). A reaction's: the state it leaves if it is
+    its pair's latest, else null. Other rows pass with a null outcome.
 
     Most (video, viewer) pairs have one view (81 % of the views of the 10M benchmark), whose
     outcome needs no window: the views `_SHARED` marks (their pair's hash is seen on more than one
-    row of the log, a retry's copies included) are shuffled, sorted and windowed (`_outcomes`), the
-    others are judged alone, in the same read of the kept log as the other events.
+    row of the log, a retry's copies included) and the reactions are shuffled, sorted and windowed
+    together; the others are judged alone. Each is one read of the kept log (a read deserializes
+    every kept row).
     """
-    shared = is_view() & F.col(_SHARED)
+    together = (is_view() & F.col(_SHARED)) | _is_kept_reaction()
     busy = _busy_addresses(rows.where(is_view()))
-    alone = _outcomes(_decided(rows.where(~shared), busy), alone=True)
-    together = _outcomes(_decided(rows.where(shared), busy), alone=False)
-    return alone.unionByName(together)
-
-
-def _reaction_outcomes(reactions: DataFrame) -> DataFrame:
-    """Each reaction event: the state it leaves if it is its (user, video) pair's latest by
-    `rules.reaction_order` (ts, event_id), else null."""
-    latest = Window.partitionBy("user_id", "video_id").orderBy(F.col("ts").desc(), F.col("event_id").desc())
-    states = F.create_map(*(F.lit(item) for pair in rules.REACTION_STATE.items() for item in pair))
-    return reactions.withColumn("outcome", F.when(F.row_number().over(latest) == 1, states[F.col("type")]))
+    alone = _outcomes(_decided(rows.where(~together), busy), alone=True)
+    return alone.unionByName(_outcomes(_decided(rows.where(together), busy), alone=False))
 
 
 def classify(events: DataFrame) -> DataFrame:
@@ -265,21 +284,7 @@ def classify(events: DataFrame) -> DataFrame:
         .withColumn("day", floor_div("ts", rules.DAY_MS))
         .withColumn("view_window", floor_div("ts", rules.VIEW_WINDOW_MS))
     )
-    is_reaction = F.col("user_id").isNotNull()
-    # Views and the other events but reactions: one read of the kept log for the lone views and the
-    # others (each read deserializes every kept row), and the shared views' shuffle.
-    judged = _view_outcomes(timed.where(~is_reaction))
-    reactions = _reaction_outcomes(timed.where(is_reaction))
-    nothing = {
-        "reason": F.lit(None).cast("string"),
-        "new_viewer": F.lit(False),
-        "new_viewer_day": F.lit(False),
-    }
-    parts = (judged, reactions.withColumns(nothing))
-    first, *rest = (part.select(*CLASSIFIED) for part in parts)
-    for part in rest:
-        first = first.unionByName(part)
-    return first
+    return _judged(timed).select(*CLASSIFIED)
 
 
 # The outcomes `grain_counts` counts, in the order of their codes.
