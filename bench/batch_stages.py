@@ -33,7 +33,7 @@ from pyspark import SparkContext
 from pyspark.sql.classic.dataframe import DataFrame
 from pyspark.sql.readwriter import DataFrameWriter
 
-from batch_layer.session import LOCAL_JIT_OPTIONS
+from batch_layer.session import LOCAL_JAVA_OPTIONS
 from bench.batch_layer import run_spark
 from bench.jfr import RECORDING_OPTION, JfrUnavailable, dump, hot_methods, reader, task_samples
 from counting.settings import Settings
@@ -142,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
         recording = Path(logs) / "job.jfr"
         if args.profile:
-            conf["spark.driver.extraJavaOptions"] = f"{LOCAL_JIT_OPTIONS} {RECORDING_OPTION}"
+            conf["spark.driver.extraJavaOptions"] = f"{LOCAL_JAVA_OPTIONS} {RECORDING_OPTION}"
         with timed_actions(actions):
             _, times = run_spark(settings, FAR_CUTOFF_MS, conf)
         (event_log,) = Path(logs).rglob("events_*")  # Spark 4's rolling log: one file for a short job
