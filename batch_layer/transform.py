@@ -156,8 +156,8 @@ def _outcomes(decided: DataFrame, alone: bool) -> DataFrame:
     Rows other than views get a null reason and two false flags.
 
     With `alone`, each view is the only one of its (video, viewer): no earlier view, one view
-    that day. Otherwise the views are shuffled by the hash of (video, viewer) and sorted by it,
-    then (video, viewer, day, view window, ingestion order): with the hash first, almost every
+    that day. Otherwise the rows are shuffled by the hash of (video, person) and sorted by it,
+    then (video, person, day, view window, ingestion order): with the hash first, almost every
     comparison of the sort is settled in its prefix array. Two window operators follow on that
     one order:
 

@@ -167,10 +167,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"tasks {s['tasks']:3d}  {s['name']}",
                 file=sys.stderr,
             )
-            top = s.get("hot", {"samples": 0, "methods": []})
-            for method, n in top["methods"]:
-                print(f"    {n / top['samples']:6.1%} {method}", file=sys.stderr)
-    print(f"idle between stages {idle_seconds(found):6.2f} s", file=sys.stderr)
+            for method, n in s["hot"]["methods"] if args.profile else []:
+                print(f"    {n / s['hot']['samples']:6.1%} {method}", file=sys.stderr)
+    idle = idle_seconds(found)
+    print(f"idle between stages {idle:6.2f} s", file=sys.stderr)
     result = {
         "benchmark": "batch_stages",
         "job_seconds": round(times["job"], 2),
@@ -181,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "task_run_seconds": round(sum(s["run_s"] for s in found), 1),
         "task_cpu_seconds": round(sum(s["cpu_s"] for s in found), 1),
         "task_gc_seconds": round(sum(s["gc_s"] for s in found), 1),
-        "idle_seconds": idle_seconds(found),
+        "idle_seconds": idle,
         "profiled": args.profile,
         "stages": found,
     }
