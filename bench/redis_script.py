@@ -30,7 +30,8 @@ from typing import Any
 
 import redis
 
-from bench.speed_layer import generate, pack, redis_cpu_seconds
+from bench.speed_floor import redis_cpu_seconds
+from bench.speed_layer import generate, pack
 from counting import keys
 from counting.settings import Settings
 from speed_layer import script

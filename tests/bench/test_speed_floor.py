@@ -1,0 +1,101 @@
+"""`bench.speed_floor` and `bench.speed_layer`'s readers against a real broker and a real Redis."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from bench import speed_floor, speed_layer
+from counting.event import Event
+from counting.settings import Settings
+from counting.wire import decode_events
+from tally.topics import ensure_topics
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 4
+
+
+@pytest.fixture
+def filled(broker: str, settings: Settings) -> tuple[str, list[Event], list[tuple[int, bytes, bytes]]]:
+    """A topic of the test's own holding 3,000 bench events (retries among them), as the API packs them."""
+    topic = settings.events_topic
+    ensure_topics(settings.model_copy(update={"kafka_bootstrap": broker, "topic_partitions": PARTITIONS}))
+    now = int(time.time() * 1000)
+    events = speed_layer.generate(3_000, 50, 600, 7, now - 3_600_000, 50_000.0)
+    records = speed_layer.pack(events, PARTITIONS, {})
+    speed_layer.fill(broker, topic, records)
+    return topic, events, records
+
+
+def first_copies(records: list[tuple[int, bytes, bytes]]) -> dict[int, dict[bytes, bytes]]:
+    """Per partition, each event id with the ingest time of its first copy in that partition."""
+    out: dict[int, dict[bytes, bytes]] = {}
+    for partition, _, value in records:
+        markers = out.setdefault(partition, {})
+        for event in decode_events(value):
+            markers.setdefault(event.event_id.encode(), str(event.ingest_ts).encode())
+    return out
+
+
+def test_the_floor_sets_one_marker_an_event_and_stores_the_offsets(
+    broker: str, redis_client: redis.Redis, redis_url: str, filled: tuple[str, list[Event], list]
+) -> None:
+    topic, events, records = filled
+    expected = first_copies(records)
+    assert sum(len(m) for m in expected.values()) < len(events)  # the traffic holds retries
+
+    result = speed_floor.exactly_once_floor(broker, topic, PARTITIONS, len(events), redis_url)
+
+    assert result["events"] == len(events)
+    assert result["markers"] == sum(len(m) for m in expected.values())
+    for partition, markers in expected.items():
+        offset_key, markers_key = speed_floor.marker_keys(topic, partition)
+        assert redis_client.hgetall(markers_key) == markers
+        assert int(redis_client.get(offset_key) or -1) == sum(1 for p, _, _ in records if p == partition) - 1
+    assert result["events_per_s"] > 0 and result["redis_cpu_us_per_event"] > 0
+
+
+def test_a_replayed_floor_run_is_skipped_by_its_stored_offsets(
+    broker: str, redis_client: redis.Redis, redis_url: str, filled: tuple[str, list[Event], list]
+) -> None:
+    topic, events, _ = filled
+    speed_floor.exactly_once_floor(broker, topic, PARTITIONS, len(events), redis_url)
+    markers = [speed_floor.marker_keys(topic, p)[1] for p in range(PARTITIONS)]
+    redis_client.delete(*markers)  # only the offsets remain to tell the batches were written
+
+    again = speed_floor.exactly_once_floor(broker, topic, PARTITIONS, len(events), redis_url)
+
+    assert again["events"] == len(events) and again["markers"] == 0
+    assert redis_client.exists(*markers) == 0
+
+
+def test_the_plain_consumer_decodes_every_event(broker: str, filled: tuple[str, list[Event], list]) -> None:
+    topic, events, _ = filled
+
+    result = speed_layer.plain_consumer(broker, topic, PARTITIONS, len(events))
+
+    assert result["events"] == len(events)
+    assert result["events_per_s"] > 0
+
+
+def test_the_benchmark_reports_every_figure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(speed_layer, "RESULTS", tmp_path)
+
+    result = speed_layer.main(["--events", "200000", "--videos", "200"])
+
+    for scenario in ("uniform", "one_video"):
+        figures = result["scenarios"][scenario]
+        assert figures["plain_consumer"]["events"] == 200_000
+        assert len(figures["plain_consumer"]["runs_events_per_s"]) == speed_layer.PLAIN_RUNS
+        assert figures["floor"]["events"] == 200_000
+        assert 190_000 < figures["floor"]["markers"] < 200_000  # 2 % retries share their event's marker
+        assert 0 < figures["counter"]["timed_events"] < 200_000
+        assert figures["ratio"] == round(
+            figures["counter"]["events_per_s"] / figures["plain_consumer"]["events_per_s"], 3
+        )
+    assert json.loads((tmp_path / "speed_layer.json").read_text()) == json.loads(json.dumps(result))
