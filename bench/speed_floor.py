@@ -37,7 +37,7 @@ def consumer_config(group: str) -> dict[str, Any]:
 
     librdkafka stops fetching when its local queue holds 64 MB (`queued.max.messages.kbytes`'s
     default) and then waits out `fetch.queue.backoff.ms` (1 s) before the next fetch. A million
-    bench events are about 100 MB, so a reader that outpaces the broker stalls there for most of a
+    bench events are about 210 MB, so a reader that outpaces the broker stalls there for most of a
     second, at random: the plain consumer read 0.7 or 2.0 M events/s by that alone. The queue is
     raised to 1 GB so the reading rate is the consumer's, not the backoff's."""
     return {
