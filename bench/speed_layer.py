@@ -297,8 +297,9 @@ def _empty_redis(url: str) -> None:
 
 
 def _scenario(
-    name: str, base: Settings, bootstrap: str, events: list[Event], shards: dict[str, int]
+    name: str, base: Settings, broker_pid: int, events: list[Event], shards: dict[str, int]
 ) -> dict[str, Any]:
+    bootstrap = base.kafka_bootstrap
     topic = f"bench-{name}-{time.time_ns()}"
     settings = base.model_copy(update={"events_topic": topic, "dead_letter_topic": f"{topic}-dlq"})
     ensure_topics(settings)
@@ -309,13 +310,19 @@ def _scenario(
     runs = []
     for run in range(PLAIN_RUNS):
         print(f"[{name}] plain consumer, run {run + 1} of {PLAIN_RUNS}", file=sys.stderr)
-        runs.append(plain_consumer(bootstrap, topic, settings.topic_partitions, len(events)))
+        broker_cpu = _cpu_seconds(broker_pid)
+        plain_run = plain_consumer(bootstrap, topic, settings.topic_partitions, len(events))
+        broker_cpu = _cpu_seconds(broker_pid) - broker_cpu
+        runs.append({**plain_run, "broker_cpu_us_per_event": round(broker_cpu / len(events) * 1e6, 2)})
     plain = {
         **sorted(runs, key=lambda r: r["events_per_s"])[len(runs) // 2],
         "runs_events_per_s": [r["events_per_s"] for r in runs],
     }
     print(f"[{name}] exactly-once floor", file=sys.stderr)
+    broker_cpu = _cpu_seconds(broker_pid)
     floor = exactly_once_floor(bootstrap, topic, settings.topic_partitions, len(events), settings.redis_url)
+    broker_cpu = _cpu_seconds(broker_pid) - broker_cpu
+    floor["broker_cpu_us_per_event"] = round(broker_cpu / len(events) * 1e6, 2)
     _empty_redis(settings.redis_url)  # the counter starts from an empty Redis, as the floor did
     print(f"[{name}] counter", file=sys.stderr)
     counter = counter_run(settings, records, len(events))
@@ -358,8 +365,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             ]
             shards = {"viral": base.max_video_shards}
             figures = {
-                "uniform": _scenario("uniform", base, bootstrap, uniform, {}),
-                "one_video": _scenario("one-video", base, bootstrap, one, shards),
+                "uniform": _scenario("uniform", base, broker.process.pid, uniform, {}),
+                "one_video": _scenario("one-video", base, broker.process.pid, one, shards),
             }
         finally:
             store.stop()

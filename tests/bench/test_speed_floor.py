@@ -95,6 +95,8 @@ def test_the_benchmark_reports_every_figure(tmp_path: Path, monkeypatch: pytest.
         assert figures["floor"]["events"] == 200_000
         assert 190_000 < figures["floor"]["markers"] < 200_000  # 2 % retries share their event's marker
         assert 0 < figures["counter"]["timed_events"] < 200_000
+        assert figures["plain_consumer"]["broker_cpu_us_per_event"] > 0
+        assert figures["floor"]["broker_cpu_us_per_event"] > 0
         assert figures["ratio"] == round(
             figures["counter"]["events_per_s"] / figures["plain_consumer"]["events_per_s"], 3
         )
