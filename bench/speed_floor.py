@@ -12,10 +12,11 @@ what the counter can reach on the same machine. It is a measurement, not a count
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import redis
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 
 from counting.wire import decode_events
 
@@ -30,6 +31,7 @@ call('SET', KEYS[1], ARGV[1])
 return new
 """
 POLL_RECORDS = 100  # records a poll: the counter's micro-batches hold about as many
+IDLE_LIMIT_S = 30.0  # a reader that gets no record for this long stops with an error, not a hang
 
 
 def consumer_config(group: str) -> dict[str, Any]:
@@ -48,6 +50,23 @@ def consumer_config(group: str) -> dict[str, Any]:
         "max.partition.fetch.bytes": 16 * 1024 * 1024,
         "queued.max.messages.kbytes": 1024 * 1024,
     }
+
+
+def polls(consumer: Consumer, records: int, topic: str) -> Iterator[list[Message]]:
+    """The consumer's polls of up to `records` records, for as long as the caller reads; raises
+    once `topic` has given nothing for `IDLE_LIMIT_S` seconds (a reader expecting more events than
+    the topic holds would otherwise wait for ever)."""
+    heard = time.monotonic()
+    while True:
+        messages = consumer.consume(records, timeout=1.0)
+        if messages:
+            heard = time.monotonic()
+            yield messages
+        elif time.monotonic() - heard > IDLE_LIMIT_S:
+            raise RuntimeError(
+                f"no record from topic {topic!r} for {IDLE_LIMIT_S:.0f} s before every expected event"
+                " was read; check that the broker is up and that the topic was filled with the events"
+            )
 
 
 def marker_keys(topic: str, partition: int) -> list[str]:
@@ -69,9 +88,9 @@ def exactly_once_floor(
     cpu_started = time.process_time()
     redis_started = redis_cpu_seconds(client)
     try:
-        while events < expected_events:
+        for messages in polls(consumer, POLL_RECORDS, topic):
             batches: dict[int, list[Any]] = {}
-            for message in consumer.consume(POLL_RECORDS, timeout=1.0):
+            for message in messages:
                 partition = message.partition()
                 if message.error() is not None or partition is None:
                     continue
@@ -83,6 +102,8 @@ def exactly_once_floor(
                     events += 1
             for partition, args in batches.items():
                 markers += int(write(keys=marker_keys(topic, partition), args=args))
+            if events >= expected_events:
+                break
         seconds = time.perf_counter() - started
         cpu = time.process_time() - cpu_started
         redis_cpu = redis_cpu_seconds(client) - redis_started

@@ -33,7 +33,7 @@ from typing import Any
 import redis
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from bench.speed_floor import consumer_config, exactly_once_floor, redis_cpu_seconds
+from bench.speed_floor import consumer_config, exactly_once_floor, polls, redis_cpu_seconds
 from counting import keys
 from counting.event import Event
 from counting.settings import Settings
@@ -184,13 +184,17 @@ def plain_consumer(bootstrap: str, topic: str, partitions: int, expected_events:
     events = 0
     started = time.perf_counter()
     cpu_started = time.process_time()
-    while events < expected_events:
-        for message in consumer.consume(1_000, timeout=1.0):
-            if message.error() is None:
-                events += len(decode_events(message.value() or b""))
-    seconds = time.perf_counter() - started
-    cpu = time.process_time() - cpu_started
-    consumer.close()
+    try:
+        for messages in polls(consumer, 1_000, topic):
+            for message in messages:
+                if message.error() is None:
+                    events += len(decode_events(message.value() or b""))
+            if events >= expected_events:
+                break
+        seconds = time.perf_counter() - started
+        cpu = time.process_time() - cpu_started
+    finally:
+        consumer.close()
     return {
         "events": events,
         "seconds": round(seconds, 3),

@@ -101,3 +101,15 @@ def test_the_benchmark_reports_every_figure(tmp_path: Path, monkeypatch: pytest.
             figures["counter"]["events_per_s"] / figures["plain_consumer"]["events_per_s"], 3
         )
     assert json.loads((tmp_path / "speed_layer.json").read_text()) == json.loads(json.dumps(result))
+
+
+def test_readers_expecting_more_events_than_the_topic_holds_stop_with_an_error(
+    broker: str, redis_url: str, filled: tuple[str, list[Event], list], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topic, events, _ = filled
+    monkeypatch.setattr(speed_floor, "IDLE_LIMIT_S", 2.0)
+
+    with pytest.raises(RuntimeError, match=f"no record from topic '{topic}' for 2 s"):
+        speed_layer.plain_consumer(broker, topic, PARTITIONS, len(events) + 1)
+    with pytest.raises(RuntimeError, match="check that the broker is up"):
+        speed_floor.exactly_once_floor(broker, topic, PARTITIONS, len(events) + 1, redis_url)
