@@ -3,10 +3,19 @@
 The design asks the counter to store each event's dedup marker in Redis, in the same atomic write
 as the partition's offset (docs: ../shared/DESIGN.md, "Speed layer"). `exactly_once_floor` reads
 the records with the plain consumer's settings, decodes their events, and for each partition of
-each poll runs one Lua write that skips a replayed batch, sets one marker per event (`HSETNX`
-event id -> ingest time) and stores the offset; nothing else: no bot scoring, windows, viewers,
-sketches, trending or presence. Every Tally counter does at least this much, so its rate bounds
-what the counter can reach on the same machine. It is a measurement, not a counter.
+each poll runs one Lua write that skips a replayed batch, writes the batch's markers and stores the
+offset; nothing else: no bot scoring, windows, viewers, sketches, trending or presence. It is a
+measurement, not a counter. Its markers go one of two ways:
+
+- `redis`, the design's: one `HSETNX` an event (event id -> ingest time) inside the write. Every
+  Tally counter does at least this much, so its rate bounds what the counter reaches here.
+- `memory`, an alternative for the owner to weigh, not the design: the worker checks event ids
+  against the ids its partition has already written, kept in its memory, and appends the batch's
+  new markers to the partition's log as one blob (`RPUSH` of "id ingest-time" lines) in the same
+  write. The ids join the worker's set only once the write returned, so an unwritten batch hides
+  nothing. A worker taking over a partition would load that log first; a run from an empty Redis
+  has nothing to load, so the floor leaves that out. It only holds if every copy of an event
+  reaches the same partition, which the design's random shard `k` does not promise.
 """
 
 from __future__ import annotations
@@ -18,9 +27,10 @@ from typing import Any
 import redis
 from confluent_kafka import Consumer, Message, TopicPartition
 
+from counting.event import Event
 from counting.wire import decode_events
 
-LUA = """
+MARKERS_IN_REDIS = """
 local stored = tonumber(redis.call('GET', KEYS[1]) or '-1')
 if tonumber(ARGV[1]) <= stored then return 0 end
 local call, markers, new = redis.call, KEYS[2], 0
@@ -30,6 +40,14 @@ end
 call('SET', KEYS[1], ARGV[1])
 return new
 """
+MARKER_LOG = """
+local stored = tonumber(redis.call('GET', KEYS[1]) or '-1')
+if tonumber(ARGV[1]) <= stored then return 0 end
+if ARGV[2] ~= '' then redis.call('RPUSH', KEYS[2], ARGV[2]) end
+redis.call('SET', KEYS[1], ARGV[1])
+return 1
+"""
+MARKER_PLACES = ("redis", "memory")
 POLL_RECORDS = 100  # records a poll: the counter's micro-batches hold about as many
 IDLE_LIMIT_S = 30.0  # a reader that gets no record for this long stops with an error, not a hang
 
@@ -69,18 +87,70 @@ def polls(consumer: Consumer, records: int, topic: str) -> Iterator[list[Message
             )
 
 
-def marker_keys(topic: str, partition: int) -> list[str]:
-    """The floor's offset key and marker hash of one partition (its own names, beside the counter's)."""
-    return [f"bench-floor:{topic}:{partition}:offset", f"bench-floor:{topic}:{partition}:markers"]
+def marker_keys(topic: str, partition: int, place: str = "redis") -> list[str]:
+    """The floor's offset key and markers (a hash, or for `memory` a list of blobs) of one
+    partition: its own names, beside the counter's."""
+    prefix = f"bench-floor-{place}:{topic}:{partition}"
+    return [f"{prefix}:offset", f"{prefix}:markers"]
+
+
+class _MarkersInRedis:
+    """The design's markers: one `HSETNX` an event inside the write."""
+
+    script = MARKERS_IN_REDIS
+
+    def args(self, partition: int, offset: int, events: list[Event]) -> list[Any]:
+        args: list[Any] = [offset]
+        for event in events:
+            args.append(event.event_id)
+            args.append(event.ingest_ts)
+        return args
+
+    def written(self, partition: int, reply: int) -> int:
+        return int(reply)
+
+
+class _MarkersInMemory:
+    """Ids checked in the worker's memory, the batch's new markers appended as one blob."""
+
+    script = MARKER_LOG
+
+    def __init__(self, partitions: int) -> None:
+        self.seen: dict[int, set[str]] = {p: set() for p in range(partitions)}
+        self.pending: dict[int, dict[str, int]] = {}
+
+    def args(self, partition: int, offset: int, events: list[Event]) -> list[Any]:
+        seen, new = self.seen[partition], {}
+        for event in events:
+            if event.event_id not in seen and event.event_id not in new:
+                new[event.event_id] = event.ingest_ts
+        self.pending[partition] = new
+        return [offset, "\n".join(f"{event_id} {ts}" for event_id, ts in new.items())]
+
+    def written(self, partition: int, reply: int) -> int:
+        new = self.pending.pop(partition)
+        if not reply:  # a replayed batch: its markers were written with it the first time
+            return 0
+        self.seen[partition].update(new)
+        return len(new)
 
 
 def exactly_once_floor(
-    bootstrap: str, topic: str, partitions: int, expected_events: int, redis_url: str
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    expected_events: int,
+    redis_url: str,
+    markers_in: str = "redis",
 ) -> dict[str, Any]:
-    """Read `expected_events` events from the start of `topic`, writing markers and offsets as
-    above; report the rate, this process's and Redis's CPU an event and the markers set."""
+    """Read `expected_events` events from the start of `topic`, writing markers (`markers_in`, one
+    of `MARKER_PLACES`) and offsets as above; report the rate, this process's and Redis's CPU an
+    event and the markers written."""
+    if markers_in not in MARKER_PLACES:
+        raise ValueError(f"markers_in={markers_in!r}: the floor keeps markers in one of {MARKER_PLACES}")
+    place = _MarkersInRedis() if markers_in == "redis" else _MarkersInMemory(partitions)
     client = redis.Redis.from_url(redis_url)
-    write = client.register_script(LUA)
+    write = client.register_script(place.script)
     consumer = Consumer({**consumer_config(f"bench-floor-{time.time_ns()}"), "bootstrap.servers": bootstrap})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     events = markers = 0
@@ -89,19 +159,23 @@ def exactly_once_floor(
     redis_started = redis_cpu_seconds(client)
     try:
         for messages in polls(consumer, POLL_RECORDS, topic):
-            batches: dict[int, list[Any]] = {}
+            batches: dict[int, tuple[int, list[Event]]] = {}
             for message in messages:
                 partition = message.partition()
                 if message.error() is not None or partition is None:
                     continue
-                args = batches.setdefault(partition, [0])
-                args[0] = message.offset()
-                for event in decode_events(message.value() or b""):
-                    args.append(event.event_id)
-                    args.append(event.ingest_ts)
-                    events += 1
-            for partition, args in batches.items():
-                markers += int(write(keys=marker_keys(topic, partition), args=args))
+                decoded = decode_events(message.value() or b"")
+                batch = batches.get(partition)
+                if batch is None:
+                    batches[partition] = (message.offset(), decoded)
+                else:
+                    batch[1].extend(decoded)
+                    batches[partition] = (message.offset(), batch[1])
+                events += len(decoded)
+            for partition, (offset, batch_events) in batches.items():
+                args = place.args(partition, offset, batch_events)
+                reply = write(keys=marker_keys(topic, partition, markers_in), args=args)
+                markers += place.written(partition, reply)
             if events >= expected_events:
                 break
         seconds = time.perf_counter() - started

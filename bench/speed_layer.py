@@ -9,7 +9,8 @@ keyed `video_id#k`), then measures in the same run:
 (b) the Tally counter (`python -m speed_layer counter`, one worker process) from the same topic into
     Redis, with dedup, bot scoring, sketches, trending and the exactly-once offsets on;
 and, between them, the exactly-once floor (`bench.speed_floor`): decode, one dedup marker an event
-and the offset in one Lua write, nothing else, which bounds what any counter of this design reaches;
+and the offset in one Lua write, nothing else, which bounds what any counter of this design reaches
+(and the same floor with the markers checked in the worker's memory, an alternative to the design);
 
 first with traffic spread over many videos, then with all traffic on one video. Prints one line of
 JSON and writes bench/results/speed_layer.json.
@@ -33,7 +34,7 @@ from typing import Any
 import redis
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from bench.speed_floor import consumer_config, exactly_once_floor, polls, redis_cpu_seconds
+from bench.speed_floor import MARKER_PLACES, consumer_config, exactly_once_floor, polls, redis_cpu_seconds
 from counting import keys
 from counting.event import Event
 from counting.settings import Settings
@@ -322,20 +323,26 @@ def _scenario(
         **sorted(runs, key=lambda r: r["events_per_s"])[len(runs) // 2],
         "runs_events_per_s": [r["events_per_s"] for r in runs],
     }
-    print(f"[{name}] exactly-once floor", file=sys.stderr)
-    broker_cpu = _cpu_seconds(broker_pid)
-    floor = exactly_once_floor(bootstrap, topic, settings.topic_partitions, len(events), settings.redis_url)
-    broker_cpu = _cpu_seconds(broker_pid) - broker_cpu
-    floor["broker_cpu_us_per_event"] = round(broker_cpu / len(events) * 1e6, 2)
-    _empty_redis(settings.redis_url)  # the counter starts from an empty Redis, as the floor did
+    floors = {}
+    for place in MARKER_PLACES:
+        print(f"[{name}] exactly-once floor, markers in {place}", file=sys.stderr)
+        broker_cpu = _cpu_seconds(broker_pid)
+        floors[place] = exactly_once_floor(
+            bootstrap, topic, settings.topic_partitions, len(events), settings.redis_url, place
+        )
+        broker_cpu = _cpu_seconds(broker_pid) - broker_cpu
+        floors[place]["broker_cpu_us_per_event"] = round(broker_cpu / len(events) * 1e6, 2)
+    _empty_redis(settings.redis_url)  # the counter starts from an empty Redis, as the floors did
     print(f"[{name}] counter", file=sys.stderr)
     counter = counter_run(settings, records, len(events))
     return {
         "records": len(records),
         "events_per_record": round(len(events) / len(records), 1),
         "plain_consumer": plain,
-        "floor": floor,
-        "floor_ratio": round(floor["events_per_s"] / plain["events_per_s"], 3),
+        "floor": floors["redis"],
+        "floor_ratio": round(floors["redis"]["events_per_s"] / plain["events_per_s"], 3),
+        "floor_markers_in_memory": floors["memory"],
+        "floor_markers_in_memory_ratio": round(floors["memory"]["events_per_s"] / plain["events_per_s"], 3),
         "counter": counter,
         "ratio": round(counter["events_per_s"] / plain["events_per_s"], 3),
     }
@@ -390,6 +397,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "uniform_floor_events_per_s": figures["uniform"]["floor"]["events_per_s"],
         "uniform_floor_ratio": figures["uniform"]["floor_ratio"],
         "uniform_floor_redis_cpu_us_per_event": figures["uniform"]["floor"]["redis_cpu_us_per_event"],
+        "uniform_floor_markers_in_memory_ratio": figures["uniform"]["floor_markers_in_memory_ratio"],
         "one_video_counter_events_per_s": o,
         "one_video_plain_events_per_s": figures["one_video"]["plain_consumer"]["events_per_s"],
         "one_video_ratio": figures["one_video"]["ratio"],

@@ -74,6 +74,50 @@ def test_a_replayed_floor_run_is_skipped_by_its_stored_offsets(
     assert redis_client.exists(*markers) == 0
 
 
+def test_the_floor_with_markers_in_memory_logs_each_first_copy_once_and_stores_the_offsets(
+    broker: str,
+    redis_client: redis.Redis,
+    redis_url: str,
+    filled: tuple[str, list[Event], list],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    topic, events, records = filled
+    expected = first_copies(records)
+    monkeypatch.setattr(speed_floor, "POLL_RECORDS", 1)  # a batch a record: retries cross batches
+
+    result = speed_floor.exactly_once_floor(broker, topic, PARTITIONS, len(events), redis_url, "memory")
+
+    assert result["events"] == len(events)
+    assert result["markers"] == sum(len(m) for m in expected.values())
+    for partition, markers in expected.items():
+        offset_key, log_key = speed_floor.marker_keys(topic, partition, "memory")
+        lines = [line for blob in redis_client.lrange(log_key, 0, -1) for line in blob.split(b"\n")]
+        assert dict(line.split(b" ") for line in lines) == markers
+        assert len(lines) == len(markers)  # no id logged twice, though retries share a partition
+        assert int(redis_client.get(offset_key) or -1) == sum(1 for p, _, _ in records if p == partition) - 1
+    assert redis_client.exists(speed_floor.marker_keys(topic, 0, "redis")[1]) == 0
+
+
+def test_a_replayed_memory_floor_run_logs_nothing_again(
+    broker: str, redis_client: redis.Redis, redis_url: str, filled: tuple[str, list[Event], list]
+) -> None:
+    topic, events, _ = filled
+    first = speed_floor.exactly_once_floor(broker, topic, PARTITIONS, len(events), redis_url, "memory")
+    logs = [speed_floor.marker_keys(topic, p, "memory")[1] for p in range(PARTITIONS)]
+    lengths = [redis_client.llen(log) for log in logs]
+
+    again = speed_floor.exactly_once_floor(broker, topic, PARTITIONS, len(events), redis_url, "memory")
+
+    assert first["markers"] > 0 and again["markers"] == 0
+    assert [redis_client.llen(log) for log in logs] == lengths
+
+
+def test_the_floor_refuses_an_unknown_marker_place_by_name(broker: str, redis_url: str) -> None:
+    refused = r"markers_in='disk': the floor keeps markers in one of \('redis', 'memory'\)"
+    with pytest.raises(ValueError, match=refused):
+        speed_floor.exactly_once_floor(broker, "any", PARTITIONS, 1, redis_url, "disk")
+
+
 def test_the_plain_consumer_decodes_every_event(broker: str, filled: tuple[str, list[Event], list]) -> None:
     topic, events, _ = filled
 
@@ -97,6 +141,8 @@ def test_the_benchmark_reports_every_figure(tmp_path: Path, monkeypatch: pytest.
         assert 0 < figures["counter"]["timed_events"] < 200_000
         assert figures["plain_consumer"]["broker_cpu_us_per_event"] > 0
         assert figures["floor"]["broker_cpu_us_per_event"] > 0
+        assert figures["floor_markers_in_memory"]["events"] == 200_000
+        assert figures["floor_markers_in_memory"]["markers"] == figures["floor"]["markers"]
         assert figures["ratio"] == round(
             figures["counter"]["events_per_s"] / figures["plain_consumer"]["events_per_s"], 3
         )
