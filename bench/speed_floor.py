@@ -11,11 +11,12 @@ measurement, not a counter. Its markers go one of two ways:
   Tally counter does at least this much, so its rate bounds what the counter reaches here.
 - `memory`, an alternative for the owner to weigh, not the design: the worker checks event ids
   against the ids its partition has already written, kept in its memory, and appends the batch's
-  new markers to the partition's log as one blob (`RPUSH` of "id ingest-time" lines) in the same
-  write. The ids join the worker's set only once the write returned, so an unwritten batch hides
-  nothing. A worker taking over a partition would load that log first; a run from an empty Redis
-  has nothing to load, so the floor leaves that out. It only holds if every copy of an event
-  reaches the same partition, which the design's random shard `k` does not promise.
+  new markers to the partition's log as one blob (`RPUSH`: the batch's latest ingest time, for
+  expiry, then an id a line) in the same write. The ids join the worker's set only once the write
+  returned, so an unwritten batch hides nothing. A worker taking over a partition would load that
+  log first; a run from an empty Redis has nothing to load, so the floor leaves that out. It only
+  holds if every copy of an event reaches the same partition, which the design's random shard `k`
+  does not promise.
 """
 
 from __future__ import annotations
@@ -99,39 +100,56 @@ class _MarkersInRedis:
 
     script = MARKERS_IN_REDIS
 
-    def args(self, partition: int, offset: int, events: list[Event]) -> list[Any]:
-        args: list[Any] = [offset]
+    def __init__(self) -> None:
+        self.pending: dict[int, list[Any]] = {}
+
+    def add(self, partition: int, offset: int, events: list[Event]) -> None:
+        args = self.pending.get(partition)
+        if args is None:
+            args = self.pending[partition] = [offset]
+        args[0] = offset
         for event in events:
             args.append(event.event_id)
             args.append(event.ingest_ts)
-        return args
+
+    def writes(self) -> Iterator[tuple[int, list[Any]]]:
+        pending, self.pending = self.pending, {}
+        yield from pending.items()
 
     def written(self, partition: int, reply: int) -> int:
         return int(reply)
 
 
 class _MarkersInMemory:
-    """Ids checked in the worker's memory, the batch's new markers appended as one blob."""
+    """Ids checked in the worker's memory, the batch's new ones logged as one blob: its latest
+    ingest time (for expiry), then an id a line."""
 
     script = MARKER_LOG
 
     def __init__(self, partitions: int) -> None:
         self.seen: dict[int, set[str]] = {p: set() for p in range(partitions)}
-        self.pending: dict[int, dict[str, int]] = {}
+        self.pending: dict[int, list[Any]] = {}
+        self.new: dict[int, set[str]] = {}
 
-    def args(self, partition: int, offset: int, events: list[Event]) -> list[Any]:
-        seen, new = self.seen[partition], {}
-        for event in events:
-            if event.event_id not in seen and event.event_id not in new:
-                new[event.event_id] = event.ingest_ts
-        self.pending[partition] = new
-        return [offset, "\n".join(f"{event_id} {ts}" for event_id, ts in new.items())]
+    def add(self, partition: int, offset: int, events: list[Event]) -> None:
+        batch = self.pending.get(partition)
+        if batch is None:
+            batch = self.pending[partition] = [offset, set(), 0]
+        batch[0] = offset
+        batch[1].update([event.event_id for event in events])
+        batch[2] = max(batch[2], max(event.ingest_ts for event in events))
+
+    def writes(self) -> Iterator[tuple[int, list[Any]]]:
+        pending, self.pending = self.pending, {}
+        for partition, (offset, ids, latest) in pending.items():
+            new = self.new[partition] = ids - self.seen[partition]
+            yield partition, [offset, f"{latest}\n" + "\n".join(new) if new else ""]
 
     def written(self, partition: int, reply: int) -> int:
-        new = self.pending.pop(partition)
+        new = self.new.pop(partition)
         if not reply:  # a replayed batch: its markers were written with it the first time
             return 0
-        self.seen[partition].update(new)
+        self.seen[partition] |= new
         return len(new)
 
 
@@ -159,21 +177,14 @@ def exactly_once_floor(
     redis_started = redis_cpu_seconds(client)
     try:
         for messages in polls(consumer, POLL_RECORDS, topic):
-            batches: dict[int, tuple[int, list[Event]]] = {}
             for message in messages:
                 partition = message.partition()
                 if message.error() is not None or partition is None:
                     continue
                 decoded = decode_events(message.value() or b"")
-                batch = batches.get(partition)
-                if batch is None:
-                    batches[partition] = (message.offset(), decoded)
-                else:
-                    batch[1].extend(decoded)
-                    batches[partition] = (message.offset(), batch[1])
+                place.add(partition, message.offset(), decoded)
                 events += len(decoded)
-            for partition, (offset, batch_events) in batches.items():
-                args = place.args(partition, offset, batch_events)
+            for partition, args in place.writes():
                 reply = write(keys=marker_keys(topic, partition, markers_in), args=args)
                 markers += place.written(partition, reply)
             if events >= expected_events:

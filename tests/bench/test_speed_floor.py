@@ -91,9 +91,12 @@ def test_the_floor_with_markers_in_memory_logs_each_first_copy_once_and_stores_t
     assert result["markers"] == sum(len(m) for m in expected.values())
     for partition, markers in expected.items():
         offset_key, log_key = speed_floor.marker_keys(topic, partition, "memory")
-        lines = [line for blob in redis_client.lrange(log_key, 0, -1) for line in blob.split(b"\n")]
-        assert dict(line.split(b" ") for line in lines) == markers
-        assert len(lines) == len(markers)  # no id logged twice, though retries share a partition
+        blobs = [blob.split(b"\n") for blob in redis_client.lrange(log_key, 0, -1)]
+        ids = [event_id for blob in blobs for event_id in blob[1:]]
+        assert set(ids) == set(markers)
+        assert len(ids) == len(markers)  # no id logged twice, though retries share a partition
+        for blob in blobs:  # each blob is stamped with the latest ingest time of its first copies
+            assert int(blob[0]) >= max(int(markers[event_id]) for event_id in blob[1:])
         assert int(redis_client.get(offset_key) or -1) == sum(1 for p, _, _ in records if p == partition) - 1
     assert redis_client.exists(speed_floor.marker_keys(topic, 0, "redis")[1]) == 0
 
