@@ -96,6 +96,7 @@ def _machine() -> dict[str, Any]:
 def run_duckdb(raw_dir: Path, cutoff_ms: int, threads: int) -> tuple[pa.Table, float]:
     """The rules query over the log files: its per-video table and its wall time."""
     con = duckdb.connect(config={"threads": threads})
+    con.execute("SET enable_progress_bar = false")  # it draws on stdout, which holds only the JSON
     started = time.monotonic()
     table = count_videos(con, log_relation(str(raw_dir / "*" / "*" / "*.parquet")), cutoff_ms)
     seconds = time.monotonic() - started
