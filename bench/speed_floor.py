@@ -137,7 +137,7 @@ class _MarkersInMemory:
             batch = self.pending[partition] = [offset, set(), 0]
         batch[0] = offset
         batch[1].update([event.event_id for event in events])
-        batch[2] = max(batch[2], max(event.ingest_ts for event in events))
+        batch[2] = max(batch[2], max((event.ingest_ts for event in events), default=0))
 
     def writes(self) -> Iterator[tuple[int, list[Any]]]:
         pending, self.pending = self.pending, {}
