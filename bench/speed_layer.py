@@ -27,7 +27,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -301,6 +303,14 @@ def _empty_redis(url: str) -> None:
     client.close()
 
 
+def _with_broker_cpu(broker_pid: int, events: int, read: Callable[[], Mapping[str, Any]]) -> dict[str, Any]:
+    """`read()`'s figures, and the broker's CPU an event while it read."""
+    started = _cpu_seconds(broker_pid)
+    figures = read()
+    broker_cpu = _cpu_seconds(broker_pid) - started
+    return {**figures, "broker_cpu_us_per_event": round(broker_cpu / events * 1e6, 2)}
+
+
 def _scenario(
     name: str, base: Settings, broker_pid: int, events: list[Event], shards: dict[str, int]
 ) -> dict[str, Any]:
@@ -312,13 +322,12 @@ def _scenario(
     _empty_redis(settings.redis_url)
     print(f"[{name}] {len(events)} events in {len(records)} records: filling the topic", file=sys.stderr)
     fill(bootstrap, topic, records)
+    partitions, count = settings.topic_partitions, len(events)
+    plain_run = partial(plain_consumer, bootstrap, topic, partitions, count)
     runs = []
     for run in range(PLAIN_RUNS):
         print(f"[{name}] plain consumer, run {run + 1} of {PLAIN_RUNS}", file=sys.stderr)
-        broker_cpu = _cpu_seconds(broker_pid)
-        plain_run = plain_consumer(bootstrap, topic, settings.topic_partitions, len(events))
-        broker_cpu = _cpu_seconds(broker_pid) - broker_cpu
-        runs.append({**plain_run, "broker_cpu_us_per_event": round(broker_cpu / len(events) * 1e6, 2)})
+        runs.append(_with_broker_cpu(broker_pid, count, plain_run))
     plain = {
         **sorted(runs, key=lambda r: r["events_per_s"])[len(runs) // 2],
         "runs_events_per_s": [r["events_per_s"] for r in runs],
@@ -326,12 +335,11 @@ def _scenario(
     floors = {}
     for place in MARKER_PLACES:
         print(f"[{name}] exactly-once floor, markers in {place}", file=sys.stderr)
-        broker_cpu = _cpu_seconds(broker_pid)
-        floors[place] = exactly_once_floor(
-            bootstrap, topic, settings.topic_partitions, len(events), settings.redis_url, place
+        floors[place] = _with_broker_cpu(
+            broker_pid,
+            count,
+            partial(exactly_once_floor, bootstrap, topic, partitions, count, settings.redis_url, place),
         )
-        broker_cpu = _cpu_seconds(broker_pid) - broker_cpu
-        floors[place]["broker_cpu_us_per_event"] = round(broker_cpu / len(events) * 1e6, 2)
     _empty_redis(settings.redis_url)  # the counter starts from an empty Redis, as the floors did
     print(f"[{name}] counter", file=sys.stderr)
     counter = counter_run(settings, records, len(events))
