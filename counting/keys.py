@@ -39,14 +39,14 @@ def viewers(video_id: str) -> str:
 
 
 def reactions(video_id: str) -> str:
-    """Hash user_id -> msgpack list of the reactions that decide the user's state in some bucket:
-    [ts, event_id, state, bucket] each (see `speed_layer.script`)."""
+    """Hash user_id -> the reactions that decide the user's state in some bucket, as the counter
+    keeps them (`values.decode_history`; written by `speed_layer/write.lua`)."""
     return f"{PREFIX}:{video_tag(video_id)}:reactions"
 
 
 def user_reactions(video_id: str) -> str:
-    """Hash user_id -> `ts|event_id|state` kept by the ingest API when it acknowledges a reaction:
-    what `user_liked` reads, consistent with every acknowledged write."""
+    """Hash user_id -> the latest reaction the ingest API acknowledged (`values.encode_acknowledged`):
+    with `reactions`, what `user_liked` reads, consistent with every acknowledged write."""
     return f"{PREFIX}:{video_tag(video_id)}:user-reactions"
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
-from counting import keys, rules
+from counting import keys, rules, values
 from counting.event import Event
 
-# KEYS[1]: the video's user-reactions hash. ARGV: user, ts, event_id, state.
-# The stored value `ts|event_id|state` is replaced only by a later (ts, event_id).
+# KEYS[1]: the video's user-reactions hash. ARGV: user, ts, event_id, value (`values.encode_acknowledged`).
+# The stored value is replaced only by a later (ts, event_id); the script reads the ts and event_id
+# of that layout (`values.ACKNOWLEDGED_REACTION_LAYOUT`).
 _APPLY = """
 local current = redis.call('HGET', KEYS[1], ARGV[1])
 if current then
@@ -22,7 +23,7 @@ if current then
     return 0
   end
 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. '|' .. ARGV[3] .. '|' .. ARGV[4])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[4])
 return 1
 """
 
@@ -44,7 +45,11 @@ class ReactionState:
             for e, user_id in reactions:
                 await self._script(
                     keys=[keys.user_reactions(e.video_id)],
-                    args=[user_id, e.ts, e.event_id, rules.reaction_state(e.type)],
+                    args=[user_id, e.ts, e.event_id, values.encode_acknowledged(_reaction(e))],
                     client=pipe,
                 )
             await pipe.execute()
+
+
+def _reaction(event: Event) -> values.Reaction:
+    return values.Reaction(event.ts, event.event_id, rules.reaction_state(event.type))

@@ -30,7 +30,7 @@ from serving_layer.payouts import creator_payouts
 from serving_layer.schemas import ERRORS, error_answer, unavailable
 from serving_layer.speed import top_videos
 from serving_layer.stats import REDIS_ERRORS, Answer, StatsReader, encode_json, now_ms
-from serving_layer.timeseries import MAX_BUCKETS, read_series
+from serving_layer.timeseries import DEFAULT_BUCKETS, MAX_BUCKETS, read_series
 
 STATIC = FilePath(__file__).parent / "static"
 VideoIdPath = Annotated[str, Path(pattern=VIDEO_ID_PATTERN, description="the video id")]
@@ -94,9 +94,12 @@ def create_app(settings: Settings) -> FastAPI:
         if user_id is None:
             return _json(answer.encoded)
         body = dict(answer.body)
-        reaction = await reader.user_reaction(video_id, user_id)
+        reaction, doubt = await reader.user_reaction(video_id, user_id)
         body["user_liked"] = None if reaction is None else reaction == rules.LIKED
         body["user_disliked"] = None if reaction is None else reaction == rules.DISLIKED
+        if doubt is not None:
+            body["degraded"] = [*body["degraded"], doubt]
+            body["approx"] = True
         return _json(encode_json(body))
 
     @app.get("/v1/videos/{video_id}/timeseries")
@@ -104,13 +107,29 @@ def create_app(settings: Settings) -> FastAPI:
         video_id: VideoIdPath,
         start: Annotated[int | None, Query(ge=0, description="range start, ms (inclusive)")] = None,
         end: Annotated[int | None, Query(ge=0, description="range end, ms (exclusive)")] = None,
-        buckets: Annotated[int, Query(ge=1, le=MAX_BUCKETS, description="without start: the last N")] = 60,
+        buckets: Annotated[
+            int | None,
+            Query(
+                ge=1,
+                le=MAX_BUCKETS,
+                description=f"how many buckets: from `start` on, or up to `end` (default: now); "
+                f"alone, the last N (default {DEFAULT_BUCKETS})",
+            ),
+        ] = None,
     ) -> Any:
         """Counted and refused views per bucket: batch buckets before the cutoff, speed after."""
         bucket_ms = settings.bucket_ms
-        last = (end if end is not None else now_ms()) // bucket_ms
-        end_bucket = -(-end // bucket_ms) if end is not None else last + 1
-        start_bucket = start // bucket_ms if start is not None else end_bucket - buckets
+        if start is not None and end is not None and buckets is not None:
+            return error_answer(422, "buckets", "give at most two of start, end and buckets")
+        if start is not None:
+            start_bucket = start // bucket_ms
+            if buckets is not None:
+                end_bucket = start_bucket + buckets
+            else:
+                end_bucket = -(-end // bucket_ms) if end is not None else now_ms() // bucket_ms + 1
+        else:
+            end_bucket = -(-end // bucket_ms) if end is not None else now_ms() // bucket_ms + 1
+            start_bucket = end_bucket - (buckets or DEFAULT_BUCKETS)
         if end_bucket <= start_bucket:
             return error_answer(422, "end", f"must be after start (got start={start}, end={end})")
         if end_bucket - start_bucket > MAX_BUCKETS:

@@ -10,7 +10,7 @@ import msgspec
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from counting import rules
+from counting import rules, values
 from counting.settings import Settings
 from serving_layer.baselines import BaselineCache
 from serving_layer.cache import ReadCache
@@ -118,9 +118,23 @@ class StatsReader:
         }
         return Answer(body, encode_json(body))
 
-    async def user_reaction(self, video_id: str, user_id: str) -> str | None:
-        """liked / disliked / none, read uncached (strongly consistent); None when Redis is away."""
+    async def user_reaction(self, video_id: str, user_id: str) -> tuple[str | None, str | None]:
+        """liked / disliked / none, read uncached (strongly consistent), and why it may be wrong:
+        (None, why) when Redis is away or holds a value this version cannot read; (state, why)
+        when Redis lost the speed state (an acknowledged reaction may be missing until the
+        counter has counted it again)."""
         try:
-            return await read_user_reaction(self.redis, video_id, user_id)
-        except REDIS_ERRORS:
-            return None
+            state, owned = await read_user_reaction(self.redis, video_id, user_id, self._owners)
+        except REDIS_ERRORS as exc:
+            return (
+                None,
+                f"user reactions unreadable: Redis at {self.settings.redis_url} is unreachable ({exc})",
+            )
+        except values.UnknownLayout as exc:
+            return None, str(exc)
+        if not owned:
+            return state, (
+                "user reactions may be out of date: Redis holds no speed state (no counter has run, or "
+                "Redis lost it); run 'tally speed rebuild' and start the counter"
+            )
+        return state, None

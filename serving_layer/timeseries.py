@@ -12,6 +12,7 @@ from counting.bots import REASONS
 from serving_layer.baselines import BaselineCache
 
 MAX_BUCKETS = 2_000
+DEFAULT_BUCKETS = 60  # the buckets of a timeseries asked without a range
 
 
 async def read_series(

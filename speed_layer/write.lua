@@ -149,19 +149,11 @@ local function react(b, user, ts, event_id, state)
   local raw = call('HGET', reactions_key, user)
   local old = {}
   if raw then
-    if string.byte(raw, 1) >= 0x90 then
-      old = cmsgpack.unpack(raw)
-    else  -- `ts|event_id|state` of an earlier version: taken as ingested before every bucket
-      local first = string.find(raw, '|', 1, true)
-      local last_bar = first
-      while true do
-        local nxt = string.find(raw, '|', last_bar + 1, true)
-        if not nxt then break end
-        last_bar = nxt
-      end
-      old = {{tonumber(string.sub(raw, 1, first - 1)), string.sub(raw, first + 1, last_bar - 1),
-              string.sub(raw, last_bar + 1), 0}}
+    if string.byte(raw, 1) < 0x90 then  -- not a msgpack array: a layout older than this script's
+      error('reactions of ' .. user .. ' in ' .. reactions_key .. ' are in an earlier layout: stop the '
+        .. 'counter, run tally speed migrate, start it again')
     end
+    old = cmsgpack.unpack(raw)
   end
   local new, placed = {}, false
   for _, e in ipairs(old) do
@@ -211,7 +203,7 @@ end
 local function earlier_copy(kind, ops, i, marker)
   local ts, b, event_id = split(ops[i + 5]), ops[i + 4], ops[i + 3]
   local applied_ts, what = split(marker)
-  if not applied_ts or ts >= applied_ts then return false end  -- (`1` of an earlier version too)
+  if not applied_ts or ts >= applied_ts then return false end
   local was = math.floor(applied_ts / bucket_ms)
   if kind == $short and what == 's' then
     adjust(video_id, was, 'short_views', -1)
@@ -291,15 +283,7 @@ local written_sketches, written_buckets = {}, {}
 
 -- Unique viewers: the viewers hash holds each viewer's first bucket (the earliest bucket of a
 -- counted view), and each bucket's `uniques` counts the viewers first seen in it; an earlier
--- bucket moves the viewer there. A set of an earlier version becomes a hash of viewers seen
--- before every bucket.
-local function from_set(key)
-  local members = call('SMEMBERS', key)
-  call('DEL', key)
-  local pairs_ = {}
-  for _, member in ipairs(members) do pairs_[#pairs_ + 1] = member; pairs_[#pairs_ + 1] = 0 end
-  variadic('HSET', key, pairs_)
-end
+-- bucket moves the viewer there.
 
 local order = {}
 for b = 1, #buckets do order[b] = b end
@@ -319,12 +303,11 @@ for _, b in ipairs(order) do
       local part = {unpack(list, j, math.min(j + $chunk - 1, #list))}
       local firsts = not sketched[key] and redis.pcall('HMGET', key, unpack(part))
       if firsts and firsts.err then
-        if call('TYPE', key).ok == 'set' then
-          from_set(key)
-          firsts = call('HMGET', key, unpack(part))
-        else
-          firsts = false
+        if call('TYPE', key).ok == 'set' then  -- the layout before the hash: migrate it first
+          error(key .. ' is a set of an earlier layout: stop the counter, run tally speed migrate, '
+            .. 'start it again')
         end
+        firsts = false
       end
       if not firsts then
         sketched[key] = true

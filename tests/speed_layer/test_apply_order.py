@@ -10,6 +10,7 @@ import msgspec
 import pytest
 import redis
 import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
 
 from counting import keys, oracle, rules
 from counting.event import Event
@@ -17,6 +18,7 @@ from counting.settings import Settings
 from counting.wire import encode_events
 from speed_layer.counter import viewer_digest
 from speed_layer.counter_worker import CounterWorker
+from speed_layer.migrate import migrate
 from speed_layer.records import Record
 from tests.speed_layer.helpers import Traffic, no_dead_letters, speed_counts
 
@@ -158,16 +160,33 @@ async def test_a_like_applied_after_its_unlike_still_counts_in_its_own_bucket(
     assert _bucket(redis_client, T0 + 5_500, settings.bucket_ms).get("likes") == -1
 
 
-async def test_state_written_by_the_earlier_layout_keeps_counting(
-    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
-) -> None:
-    # Before this layout: markers and window entries were `1`, the viewers a set, a reaction
-    # `ts|event_id|state`.
+def _earlier_layout(redis_client: redis.Redis) -> None:
+    """State as a Tally before the current layouts wrote it (no writer of it exists any more):
+    markers and window entries `1`, the viewers a set, a reaction `ts|event_id|state`."""
     window = rules.view_window_of(T0)
     redis_client.hset(keys.event_markers("viral", T0 // rules.DAY_MS), "a1", 1)
     redis_client.hset(keys.window_viewers("viral", window), "alice", 1)
     redis_client.sadd(keys.viewers("viral"), viewer_digest("alice"))
     redis_client.hset(keys.reactions("viral"), "bob", f"{T0}|r1|{rules.LIKED}")
+
+
+async def test_the_counter_refuses_an_unmigrated_layout_naming_the_command(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
+) -> None:
+    _earlier_layout(redis_client)
+    like = Event(event_id="r2", type="like", video_id="viral", ts=T0 + 1, user_id="bob", ingest_ts=T0 + 950)
+    worker = CounterWorker(settings, aclient, no_dead_letters)
+    with pytest.raises(ResponseError, match=r"earlier layout.*tally speed migrate"):
+        await worker.handle(_records(like))
+
+
+async def test_state_written_by_the_earlier_layout_keeps_counting_once_migrated(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
+) -> None:
+    _earlier_layout(redis_client)
+    first, second = migrate(redis_client), migrate(redis_client)
+    assert (first.reactions, first.viewer_sets) == (1, 1)
+    assert (second.reactions, second.viewer_sets) == (0, 0)
     old_copy, repeat = _view("a1", T0 + 500), _view("a2", T0 + 600)
     later_window = Event(**{**msgspec.structs.asdict(_view("a3", T0 + 700)), "ts": T0 + rules.VIEW_WINDOW_MS})
     newcomer = _view("c1", T0 + 800, user="carol")

@@ -1,0 +1,92 @@
+"""The layouts of the values Tally keeps in Redis hashes, each defined once with its encoder and
+decoder, and the version of each: every writer and reader in Python goes through this module."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+
+from counting import rules
+from counting.errors import TallyError
+
+# One number per layout; raise it when a layout changes, and move old values with a command.
+ACKNOWLEDGED_REACTION_LAYOUT = 1  # `ts|event_id|state` text
+REACTION_HISTORY_LAYOUT = 2  # msgpack array of [ts, event_id, state, bucket] (1 was the text above)
+
+_STATES = frozenset((rules.LIKED, rules.DISLIKED, rules.NONE))
+_history_decoder = msgspec.msgpack.Decoder(list[tuple[int, str, str, int]])
+_history_encoder = msgspec.msgpack.Encoder()
+
+
+class UnknownLayout(TallyError, ValueError):
+    """A value in Redis is not in the layout this version of Tally reads."""
+
+    def __init__(self, what: str, raw: bytes | str, expected: str) -> None:
+        shown = raw[:40] if isinstance(raw, str) else raw[:40].hex(" ")
+        super().__init__(
+            f"{what} is not in the layout this Tally reads ({expected}; got {shown!r}): it was written "
+            "by another Tally version; upgrade this process or the writer, then rewrite the value"
+        )
+        self.what = what
+
+
+@dataclass(frozen=True, order=True)
+class Reaction:
+    """One reaction of a user to a video: its event time and id (the order), the state it leaves,
+    and the speed bucket it was ingested in (-1 where the layout does not keep one)."""
+
+    ts: int
+    event_id: str
+    state: str
+    bucket: int = -1
+
+    @property
+    def order(self) -> tuple[int, str]:
+        """What decides the latest reaction (`counting.rules.reaction_order`)."""
+        return (self.ts, self.event_id)
+
+
+def encode_acknowledged(reaction: Reaction) -> str:
+    """The user-reactions value the ingest API keeps on acknowledgement: `ts|event_id|state`."""
+    return f"{reaction.ts}|{reaction.event_id}|{reaction.state}"
+
+
+def decode_acknowledged(raw: bytes | str) -> Reaction:
+    """The reaction of an `encode_acknowledged` value; UnknownLayout for anything else."""
+    expected = f"layout {ACKNOWLEDGED_REACTION_LAYOUT}: ts|event_id|state"
+    try:
+        text = raw.decode() if isinstance(raw, bytes) else raw
+        ts, rest = text.split("|", 1)
+        event_id, state = rest.rsplit("|", 1)
+        reaction = Reaction(int(ts), event_id, state)
+    except (UnicodeDecodeError, ValueError):
+        raise UnknownLayout("an acknowledged reaction", raw, expected) from None
+    if state not in _STATES or not event_id:
+        raise UnknownLayout("an acknowledged reaction", raw, expected)
+    return reaction
+
+
+def encode_history(history: list[Reaction]) -> bytes:
+    """The reactions hash value the counter keeps per user (written by its script in `cmsgpack`;
+    this encoder is the same layout, for Python writers such as migrations)."""
+    return _history_encoder.encode([[r.ts, r.event_id, r.state, r.bucket] for r in history])
+
+
+def decode_history(raw: bytes) -> list[Reaction]:
+    """The reactions a counted user's value keeps, in bucket and reaction order; UnknownLayout
+    for anything else."""
+    expected = f"layout {REACTION_HISTORY_LAYOUT}: msgpack array of [ts, event_id, state, bucket]"
+    try:
+        entries = _history_decoder.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        raise UnknownLayout("a counted reaction history", raw, expected) from None
+    history = [Reaction(ts, event_id, state, bucket) for ts, event_id, state, bucket in entries]
+    if not history or any(r.state not in _STATES for r in history):
+        raise UnknownLayout("a counted reaction history", raw, expected)
+    return history
+
+
+def latest(reactions: list[Reaction]) -> Reaction | None:
+    """The reaction that decides the state now: the latest by (ts, event_id)."""
+    return max(reactions, key=lambda r: r.order, default=None)
