@@ -22,7 +22,7 @@ from counting.rules import RULES_VERSION
 from counting.settings import Settings
 from warehouse.errors import PayoutNotFound, StoreError
 from warehouse.store import LedgerRow, catalog, get_run, latest_payout, open_store
-from warehouse.tables import file_digest, ids_digest
+from warehouse.tables import file_digest, files_digest, ids_digest
 
 _SHOWN = 5  # ids or files named in one line before "..."
 
@@ -55,16 +55,21 @@ class AuditReport:
     log_digest: str
     differences: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    input_files: dict[str, str] = field(default_factory=dict)  # the ledger row's, path -> sha256
+    current: bool = True  # the row of the latest published run (the one the read API answers)
 
     @property
     def matches(self) -> bool:
         return not self.differences
 
-    def render(self) -> str:
+    def render(self, files: bool = False) -> str:
+        """The report in plain text; `files`: every input file of the row with its sha256."""
         cutoff = datetime.fromtimestamp(self.cutoff / 1000, tz=UTC).isoformat(timespec="seconds")
+        which = "current row" if self.current else "an earlier run's row (not the current one)"
         lines = [
             f"payout of creator {self.creator_id} on {self.day.isoformat()} (UTC day of event time)",
-            f"  run {self.run_id}, cutoff {self.cutoff} ({cutoff}), rules {self.rules_version}",
+            f"  run {self.run_id} ({which}), cutoff {self.cutoff} ({cutoff}), rules {self.rules_version}",
+            f"  input files: {len(self.input_files)}, list digest {files_digest(self.input_files)}",
             f"  {'':8}{'ledger':>20}  {'raw log':>20}",
             f"  {'views':8}{self.ledger_views:>20}  {self.log_views:>20}",
             f"  {'amount':8}{self.ledger_amount:>20}  {self.log_amount:>20}  {self.currency}",
@@ -76,22 +81,29 @@ class AuditReport:
             lines.append(f"MISMATCH: {len(self.differences)} difference(s)")
             lines += [f"  - {d}" for d in self.differences]
         lines += [f"  note: {n}" for n in self.notes]
+        if files:
+            lines.append("input files (path, sha256):")
+            lines += [f"  {path}  {sha}" for path, sha in sorted(self.input_files.items())]
         return "\n".join(lines)
 
 
-def audit_payout(settings: Settings, creator_id: str, day: date) -> AuditReport:
-    """Check the latest run's ledger row of (creator, day) against the raw log read afresh.
+def audit_payout(settings: Settings, creator_id: str, day: date, run_id: str | None = None) -> AuditReport:
+    """Check the current ledger row of (creator, day) (the latest published run's; or run
+    `run_id`'s) against the raw log read afresh.
 
     Reads the files under `settings.raw_dir` ingested before the run's cutoff (any file, so files
     added or removed since the run show), counts with `counting.oracle`, compares views, amount,
     the counted-ids digest and each input file's sha256. The catalog is the store's current one.
     """
     with open_store(settings.store_url) as store:
-        row = latest_payout(store, creator_id, day)
+        row = latest_payout(store, creator_id, day, run_id)
+        current = latest_payout(store, creator_id, day)
         if row is None:
+            of_run = f" of run {run_id!r}" if run_id is not None else ""
             raise PayoutNotFound(
-                f"no payout in the ledger for creator {creator_id!r} on {day.isoformat()}: check the "
-                "creator id and the day (UTC day of event time), or run the batch with payouts first"
+                f"no payout{of_run} in the ledger for creator {creator_id!r} on {day.isoformat()}: "
+                "check the creator id, the day (UTC day of event time) and the run, or run the batch "
+                "with payouts first ('tally batch run --payouts')"
             )
         run = get_run(store, row.run_id)
         videos = catalog(store)
@@ -124,6 +136,8 @@ def audit_payout(settings: Settings, creator_id: str, day: date) -> AuditReport:
         log_digest=log_digest,
         differences=tuple(differences),
         notes=tuple(_notes(settings, row)),
+        input_files=dict(row.input_files),
+        current=current is not None and current.id == row.id,
     )
 
 

@@ -23,3 +23,15 @@ class WatermarkUnavailable(BatchError):
 
 class InvalidRunId(BatchError, ValueError):
     """A run id that cannot name the run's output directories."""
+
+
+class CutoffBehindServed(BatchError):
+    """Publishing the run would move serving back: its cutoff is older than the served baseline's."""
+
+
+class NothingRead(BatchError):
+    """The run read no event: publishing it would serve an empty baseline."""
+
+
+class PayoutsUnavailable(BatchError, LookupError):
+    """The run's payouts cannot be written: it was not published, or its payouts were not computed."""

@@ -8,7 +8,7 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 
@@ -18,14 +18,17 @@ from pyspark.sql import SparkSession
 
 from batch_layer import load
 from batch_layer.cutoff import require_closed_cutoff
-from batch_layer.errors import BatchError, InvalidRunId
+from batch_layer.errors import BatchError, CutoffBehindServed, InvalidRunId
 from batch_layer.extract import read_log
+from batch_layer.payouts import payouts_of_classified, save_computed_payouts
 from batch_layer.series import bucket_totals, write_series
-from batch_layer.session import build_session
+from batch_layer.session import session_for
 from batch_layer.transform import classify, daily_totals, grain_counts, video_totals
+from counting.catalog import CatalogRow
 from counting.errors import TallyError
 from counting.rules import RULES_VERSION
 from counting.settings import Settings
+from warehouse.baseline import read_pointer
 
 # A run id names directories: no separators, no leading dot.
 _RUN_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
@@ -33,7 +36,8 @@ _RUN_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 
 @dataclass(frozen=True)
 class BatchResult:
-    """What a published run did: its id, cutoff, rules version, rows read, videos and wall time."""
+    """What a run did: its id, cutoff, rules version, rows read, videos and wall time, and how many
+    payout rows it computed aside (None: payouts were not computed)."""
 
     run_id: str
     cutoff: int
@@ -41,6 +45,7 @@ class BatchResult:
     events_read: int
     videos: int
     seconds: float
+    payouts: int | None = None
 
 
 def new_run_id(cutoff_ms: int) -> str:
@@ -50,25 +55,31 @@ def new_run_id(cutoff_ms: int) -> str:
 
 
 def compute_batch(
-    settings: Settings, cutoff_ms: int, run_id: str | None = None, spark: SparkSession | None = None
+    settings: Settings,
+    cutoff_ms: int,
+    run_id: str | None = None,
+    spark: SparkSession | None = None,
+    videos: Mapping[str, CatalogRow] | None = None,
 ) -> BatchResult:
     """Recompute every count from the log ingested before `cutoff_ms` and write it aside, unpublished.
 
     Refuses a cutoff off a bucket edge or above the archiver watermark. A given run id is rewritten
     in place by a rerun (idempotent); the default is a fresh one. Uses `spark` if given, else builds
-    a session from the settings and stops it at the end.
+    a session from the settings and stops it at the end. With the catalog's `videos`, the run's
+    payouts are computed too, from the same classified log in the same session, and kept aside
+    (`payouts.computed_payouts_path`) for the ledger once the run is validated and published.
     """
     started = time.monotonic()
     if run_id is not None and not _RUN_ID.fullmatch(run_id):
         raise InvalidRunId(f"run_id must match {_RUN_ID.pattern} (got {run_id!r})")
     require_closed_cutoff(settings, cutoff_ms)
     run_id = run_id or new_run_id(cutoff_ms)
-    own_session = spark is None
-    session = spark if spark is not None else build_session(settings)
+    session, own_session = session_for(settings, spark)
     try:
         events = read_log(session, settings.raw_dir, cutoff_ms)
+        classified = classify(events)
         # Every output adds up from the counts per (video, day, bucket): kept, they are small.
-        grain = grain_counts(classify(events), settings.bucket_ms).cache()
+        grain = grain_counts(classified, settings.bucket_ms).cache()
         try:
             table = load.baseline_table(video_totals(grain))
             load.write_daily(settings, run_id, RULES_VERSION, daily_totals(grain))
@@ -76,6 +87,11 @@ def compute_batch(
             events_read = events.count()
         finally:
             grain.unpersist()
+        payouts = None
+        if videos is not None:
+            rows = payouts_of_classified(session, settings, run_id, cutoff_ms, classified, videos)
+            save_computed_payouts(settings, run_id, rows)
+            payouts = len(rows)
         load.write_baseline(settings, run_id, table)
     except (PySparkException, Py4JError, OSError) as exc:
         raise BatchError(
@@ -91,6 +107,7 @@ def compute_batch(
         events_read=events_read,
         videos=table.num_rows,
         seconds=round(time.monotonic() - started, 3),
+        payouts=payouts,
     )
 
 
@@ -101,13 +118,34 @@ def publish_batch(settings: Settings, result: BatchResult) -> None:
     )
 
 
-def run_batch(
-    settings: Settings, cutoff_ms: int, run_id: str | None = None, spark: SparkSession | None = None
-) -> BatchResult:
-    """Recompute from the log ingested before `cutoff_ms`, write aside, then publish the baseline.
+def require_not_behind_served(settings: Settings, cutoff_ms: int) -> None:
+    """Raise `CutoffBehindServed` if a baseline of a later cutoff is served: publishing a run at
+    `cutoff_ms` would move serving back (readers would count the speed buckets since then on an
+    older baseline, and lose the corrections of the later run)."""
+    served = read_pointer(settings.baselines_dir)
+    if served is not None and int(str(served["cutoff"])) > cutoff_ms:
+        raise CutoffBehindServed(
+            f"cutoff {cutoff_ms} is older than the served baseline's {served['cutoff']} (run "
+            f"{served['run_id']}): publishing it would move serving back; pick a cutoff >= "
+            f"{served['cutoff']} (or 'auto'), or pass --force to publish it anyway"
+        )
 
-    A failure before the switch leaves the previous baseline published.
+
+def run_batch(
+    settings: Settings,
+    cutoff_ms: int,
+    run_id: str | None = None,
+    spark: SparkSession | None = None,
+    force: bool = False,
+) -> BatchResult:
+    """Recompute from the log ingested before `cutoff_ms`, write aside, then publish the baseline,
+    unvalidated (the gated path is `tally batch run`, or the Airflow DAG).
+
+    A failure before the switch leaves the previous baseline published. A cutoff older than the
+    served baseline's is refused unless `force`.
     """
+    if not force:
+        require_not_behind_served(settings, cutoff_ms)
     result = compute_batch(settings, cutoff_ms, run_id, spark)
     publish_batch(settings, result)
     return result

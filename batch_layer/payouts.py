@@ -8,8 +8,11 @@ has at most 3 decimal places).
 
 from __future__ import annotations
 
+import json
+import os
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, replace
 from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 from pathlib import Path
@@ -21,18 +24,28 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
-from batch_layer.errors import BatchError
+from batch_layer.errors import BatchError, PayoutsUnavailable
 from batch_layer.extract import read_log
-from batch_layer.session import build_session
+from batch_layer.session import session_for
 from batch_layer.transform import COUNTED, classify, floor_div, is_view
 from counting import rules
 from counting.catalog import CatalogRow
 from counting.rules import RULES_VERSION
 from counting.settings import Settings
-from warehouse.store import MONEY_PLACE, PayoutRow, RunRecord, catalog, open_store, write_ledger
+from warehouse.store import (
+    MONEY_PLACE,
+    SUCCEEDED,
+    PayoutRow,
+    RunRecord,
+    catalog,
+    get_run,
+    open_store,
+    write_ledger,
+)
 from warehouse.tables import file_digest
 
 PAYOUT_EVENTS = "payout_events"
+COMPUTED_PAYOUTS = "payouts.json"
 _FILE = "_input_file"
 _EPOCH = date(1970, 1, 1)
 
@@ -93,40 +106,37 @@ def _day_files(events: DataFrame, raw_dir: Path) -> dict[int, set[str]]:
     return files
 
 
-def compute_payouts(
+def payouts_of_classified(
     spark: SparkSession,
     settings: Settings,
     run_id: str,
     cutoff: int,
+    classified: DataFrame,
     videos: Iterable[CatalogRow] | Mapping[str, CatalogRow],
 ) -> list[PayoutRow]:
-    """The payout rows of every (creator, day) with monetizable views in the log ingested before
-    `cutoff`, by day then creator. Also (over)writes the run's counted ids at `payout_events_path`."""
+    """The payout rows of every (creator, day) with monetizable views, by day then creator, from a
+    run's classified log (`transform.classify` of the log ingested before `cutoff`, e.g. the one
+    the run's other outputs came from, in the same session). Also (over)writes the run's counted
+    ids at `payout_events_path`. The input files come from one more scan of the log's view times."""
     listed = list(videos.values()) if isinstance(videos, Mapping) else list(videos)
-    events = read_log(spark, settings.raw_dir, cutoff).withColumn(_FILE, F.input_file_name()).cache()
+    counted = (
+        classified.where(F.col("outcome") == COUNTED)
+        .join(F.broadcast(_monetized_frame(spark, listed)), "video_id")
+        .select("creator_id", "day", "video_id", "event_id")
+        .cache()
+    )
     try:
-        counted = (
-            classify(events)
-            .where(F.col("outcome") == COUNTED)
-            .join(F.broadcast(_monetized_frame(spark, listed)), "video_id")
-            .select("creator_id", "day", "video_id", "event_id")
-            .cache()
+        detail = counted.withColumn("date", F.date_from_unix_date(F.col("day").cast("int"))).drop("day")
+        detail.write.mode("overwrite").partitionBy("date").parquet(str(payout_events_path(settings, run_id)))
+        figures = (
+            counted.groupBy("creator_id", "day")
+            .agg(F.count(F.lit(1)).alias("views"), _digest_column("event_id").alias("digest"))
+            .collect()
         )
-        try:
-            detail = counted.withColumn("date", F.date_from_unix_date(F.col("day").cast("int"))).drop("day")
-            detail.write.mode("overwrite").partitionBy("date").parquet(
-                str(payout_events_path(settings, run_id))
-            )
-            figures = (
-                counted.groupBy("creator_id", "day")
-                .agg(F.count(F.lit(1)).alias("views"), _digest_column("event_id").alias("digest"))
-                .collect()
-            )
-        finally:
-            counted.unpersist()
-        day_files = _day_files(events, settings.raw_dir)
     finally:
-        events.unpersist()
+        counted.unpersist()
+    files_of_views = read_log(spark, settings.raw_dir, cutoff).withColumn(_FILE, F.input_file_name())
+    day_files = _day_files(files_of_views, settings.raw_dir)
     digests = {path: file_digest(settings.raw_dir / path) for files in day_files.values() for path in files}
     rate = settings.payout_rate_per_1000_views
     rows = [
@@ -147,6 +157,66 @@ def compute_payouts(
     return sorted(rows, key=lambda r: (r.day, r.creator_id))
 
 
+def compute_payouts(
+    spark: SparkSession,
+    settings: Settings,
+    run_id: str,
+    cutoff: int,
+    videos: Iterable[CatalogRow] | Mapping[str, CatalogRow],
+) -> list[PayoutRow]:
+    """The payout rows of every (creator, day) with monetizable views in the log ingested before
+    `cutoff`, by day then creator. Also (over)writes the run's counted ids at `payout_events_path`."""
+    classified = classify(read_log(spark, settings.raw_dir, cutoff))
+    return payouts_of_classified(spark, settings, run_id, cutoff, classified, videos)
+
+
+def computed_payouts_path(settings: Settings, run_id: str) -> Path:
+    """Where a run keeps the payout rows it computed, until they are written to the ledger after
+    the run is validated and published."""
+    return settings.batch_dir / run_id / COMPUTED_PAYOUTS
+
+
+def save_computed_payouts(settings: Settings, run_id: str, rows: Sequence[PayoutRow]) -> Path:
+    """Keep a run's computed payout rows aside (JSON, money as decimal text), replacing any."""
+    path = computed_payouts_path(settings, run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    items = [
+        {
+            **asdict(row),
+            "day": row.day.isoformat(),
+            "rate_per_1000": str(row.rate_per_1000),
+            "amount": str(row.amount),
+        }
+        for row in rows
+    ]
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps({"run_id": run_id, "rows": items}, sort_keys=True))
+    os.replace(tmp, path)
+    return path
+
+
+def load_computed_payouts(settings: Settings, run_id: str) -> list[PayoutRow]:
+    """The payout rows a run computed and kept aside; raise `PayoutsUnavailable` if there are none."""
+    path = computed_payouts_path(settings, run_id)
+    if not path.is_file():
+        raise PayoutsUnavailable(
+            f"run {run_id!r} has no computed payouts at {path}: it was computed without them; run "
+            "'tally batch run --payouts' (or the Airflow DAG) to compute, publish and pay a run"
+        )
+    kept = json.loads(path.read_text())
+    return [
+        PayoutRow(
+            **{
+                **item,
+                "day": date.fromisoformat(item["day"]),
+                "rate_per_1000": Decimal(item["rate_per_1000"]),
+                "amount": Decimal(item["amount"]),
+            }
+        )
+        for item in kept["rows"]
+    ]
+
+
 def write_payouts(
     settings: Settings,
     run_id: str,
@@ -155,23 +225,35 @@ def write_payouts(
     started_at: datetime | None = None,
     events_read: int | None = None,
 ) -> RunRecord:
-    """Record the run (succeeded) and replace its ledger rows by `rows`, in one transaction.
+    """Record the run (succeeded) and replace its ledger rows by `rows`, in one transaction. A run
+    already recorded (by publishing) keeps its publication fields.
 
-    Idempotent: writing the same run again leaves one row per (creator, day). The store must be
-    migrated (`warehouse.migrate.migrate`) beforehand.
+        Idempotent: writing the same run again leaves one row per (creator, day). The store must be
+        migrated (`warehouse.migrate.migrate`) beforehand.
     """
     inputs = {path: sha for row in rows for path, sha in row.input_files.items()}
-    run = RunRecord(
-        run_id=run_id,
-        cutoff=cutoff,
-        rules_version=RULES_VERSION,
-        started_at=started_at or datetime.now(UTC),
-        finished_at=datetime.now(UTC),
-        status="succeeded",
-        events_read=events_read,
-        input_files=inputs,
-    )
     with open_store(settings.store_url) as store:
+        recorded = get_run(store, run_id)
+        if recorded is not None and recorded.cutoff == cutoff:
+            # Keep what publishing recorded (when, and the operator's reason or flags).
+            run = replace(
+                recorded,
+                status=SUCCEEDED,
+                finished_at=datetime.now(UTC),
+                events_read=events_read if events_read is not None else recorded.events_read,
+                input_files=inputs,
+            )
+        else:
+            run = RunRecord(
+                run_id=run_id,
+                cutoff=cutoff,
+                rules_version=RULES_VERSION,
+                started_at=started_at or datetime.now(UTC),
+                finished_at=datetime.now(UTC),
+                status=SUCCEEDED,
+                events_read=events_read,
+                input_files=inputs,
+            )
         write_ledger(store, run, rows)
     return run
 
@@ -186,8 +268,7 @@ def run_payouts(
     started_at = datetime.now(UTC)
     with open_store(settings.store_url) as store:
         videos = catalog(store)
-    own_session = spark is None
-    session = spark if spark is not None else build_session(settings)
+    session, own_session = session_for(settings, spark)
     try:
         rows = compute_payouts(session, settings, run_id, cutoff, videos)
     except (PySparkException, Py4JError, OSError) as exc:

@@ -98,6 +98,17 @@ def build_session(
     return spark
 
 
+def session_for(settings: Settings, spark: SparkSession | None) -> tuple[SparkSession, bool]:
+    """The session a job runs in and whether the job owns it (and stops it at the end): `spark` if
+    given, else the process's active session (someone else's: left running), else a new one."""
+    if spark is not None:
+        return spark, False
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active, False
+    return build_session(settings), True
+
+
 _BYPASS_PARTIAL_AGGREGATION = "spark.sql.execution.bypassPartialAggregation"
 
 

@@ -1,12 +1,16 @@
 """Tally's scheduled batch, one run per data interval: wait for the archiver to close the interval's
-end (the cutoff), validate the interval's raw partitions, compute, validate the outputs, publish the
-baseline, write payouts, build the warehouse, expire old speed buckets.
+end (the cutoff), validate every raw file the run reads that is not yet validated (whatever interval
+it belongs to: skipped intervals and changed files included), compute (payouts too, kept aside),
+validate the outputs, publish the baseline, write payouts, build the warehouse, expire old speed
+buckets.
 
 Every task is keyed by the data interval (run id `interval-<cutoff ms>`): clearing or backfilling an
 interval rewrites what it wrote. A failed validation fails its task at once (no retries) and
-nothing after it runs: the served baseline stays. Results: the data docs under
-`$TALLY_DATA_DIR/quality/`. Schedule: `TALLY_BATCH_SCHEDULE` (a cron expression in UTC, hourly by
-default); its interval ends must be bucket edges (`TALLY_BUCKET_MS`).
+nothing after it runs: the served baseline stays and no payout is written. After a data repair
+that lowers the counts, trigger a run with `--conf '{"allow_decrease_reason": "why"}'`: its views
+may fall below the served ones, and the reason is recorded with the run. Results: the data docs
+under `$TALLY_DATA_DIR/quality/`. Schedule: `TALLY_BATCH_SCHEDULE` (a cron expression in UTC, hourly
+by default); its interval ends must be bucket edges (`TALLY_BUCKET_MS`).
 """
 
 from __future__ import annotations
@@ -18,9 +22,21 @@ from typing import Any
 from airflow.sdk import CronDataIntervalTimetable, chain, dag, task
 
 from counting.settings import Settings
-from tally.tasks import after_compute
+from tally.tasks import after_compute, run_params
 
 SCHEDULE = os.environ.get("TALLY_BATCH_SCHEDULE", "0 * * * *")
+
+
+def _poke_seconds(bucket_ms: str | None) -> float:
+    """The archiver sensor pokes once a bucket, at most once a minute and at least once a second:
+    a cutoff closes a grace after the interval ends, so the first poke usually comes too early."""
+    try:
+        return max(1.0, min(60.0, int(bucket_ms or 3_600_000) / 1000))
+    except ValueError:
+        return 60.0
+
+
+POKE_SECONDS = _poke_seconds(os.environ.get("TALLY_BUCKET_MS"))
 
 
 @dag(
@@ -31,6 +47,7 @@ SCHEDULE = os.environ.get("TALLY_BATCH_SCHEDULE", "0 * * * *")
     max_active_runs=1,
     tags=["tally"],
     default_args={"owner": "tally", "retries": 2, "retry_delay": timedelta(minutes=2)},
+    params=run_params(),
     doc_md=__doc__,
 )
 def tally_batch() -> None:
@@ -40,7 +57,7 @@ def tally_batch() -> None:
 
         return pipeline.run_cutoff(Settings(), data_interval_end, dag_run.run_after)
 
-    @task.sensor(poke_interval=60, timeout=6 * 3600, mode="reschedule")
+    @task.sensor(poke_interval=POKE_SECONDS, timeout=6 * 3600, mode="reschedule")
     def wait_for_archiver(cutoff: int) -> bool:
         from tally import pipeline
 
@@ -52,7 +69,8 @@ def tally_batch() -> None:
         from tally.airflow import gate
 
         since = int(data_interval_start.timestamp() * 1000) if data_interval_start else None
-        return gate(lambda: pipeline.validate_raw(Settings(), since, cutoff))
+        run_id = pipeline.interval_run_id(cutoff)
+        return gate(lambda: pipeline.validate_raw(Settings(), since, cutoff, run_id))
 
     @task
     def compute(cutoff: int) -> dict[str, Any]:

@@ -1,12 +1,14 @@
 """Full recompute of a range of days, triggered by hand (after a rules change, or to repair data):
-validate the raw partitions of the days, recompute every count from the whole log up to the end of
-the range (capped by the archiver watermark), validate the outputs, publish, write payouts, build
-the warehouse.
+validate every raw file the recompute reads that is not yet validated with its current checksum,
+recompute every count from the whole log up to the end of the range (capped by the archiver
+watermark), validate the outputs, publish, write payouts, build the warehouse.
 
 Trigger with `airflow dags trigger tally_recompute --conf '{"start": "2026-11-01", "end": "2026-11-21"}'`
 (`end` may be left out: up to the latest closed cutoff). The run id is `recompute-<cutoff ms>`: the
 same range triggered again rewrites the same outputs. A run whose cutoff is older than the served
-baseline's rewrites its outputs and payouts but leaves the served baseline as it is.
+baseline's rewrites its outputs and payouts but leaves the served baseline as it is. After a data
+repair that lowers the counts, add `"allow_decrease_reason": "why"` to the conf: views may then fall
+below the served ones, and the reason is recorded with the run.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 from airflow.sdk import Param, chain, dag, task
 
 from counting.settings import Settings
-from tally.tasks import after_compute
+from tally.tasks import after_compute, run_params
 
 
 @dag(
@@ -36,6 +38,7 @@ from tally.tasks import after_compute
             format="date",
             description="last day (UTC, inclusive); empty: up to the latest closed cutoff",
         ),
+        **run_params(),
     },
     doc_md=__doc__,
 )
@@ -53,7 +56,7 @@ def tally_recompute() -> None:
         from tally import pipeline
         from tally.airflow import gate
 
-        return gate(lambda: pipeline.validate_raw(Settings(), span["since"], span["cutoff"]))
+        return gate(lambda: pipeline.validate_raw(Settings(), span["since"], span["cutoff"], span["run_id"]))
 
     @task
     def compute(span: dict[str, Any]) -> dict[str, Any]:

@@ -20,3 +20,7 @@ class ValidationFailed(QualityError):
     def __init__(self, report: ValidationReport) -> None:
         super().__init__(report.summary())
         self.report = report
+
+
+class UnvalidatedInputs(QualityError):
+    """A run read a raw file that is not validated with its current checksum."""

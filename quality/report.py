@@ -29,6 +29,8 @@ class ValidationReport:
     notes: tuple[str, ...] = ()
     docs_index: Path | None = None
     files: tuple[str, ...] = field(default=())
+    # What was checked, in words, for the verdict line (default: "over <rows checked> rows").
+    scope: str | None = None
 
     @property
     def success(self) -> bool:
@@ -46,7 +48,8 @@ class ValidationReport:
         """A few lines for a log or an exception: verdict, each failure, where to read more."""
         rows = sum(o.rows for o in self.outcomes)
         verdict = "passed" if self.success else f"FAILED ({len(self.failures)} expectations)"
-        lines = [f"validation of {self.what}: {verdict} over {rows} rows"]
+        scope = f"; {self.scope}" if self.scope else f" over {rows} rows"
+        lines = [f"validation of {self.what}: {verdict}{scope}"]
         lines += [f"  - {failure}" for failure in self.failures]
         lines += [f"  note: {note}" for note in self.notes]
         for page in self.docs_pages:

@@ -8,47 +8,102 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pandas as pd
+
 from batch_layer.load import baseline_path, daily_path
 from batch_layer.series import series_path
 from counting.settings import Settings
-from quality import frames, suites
+from quality import frames, inputs, suites
 from quality.context import docs_index, open_context, run_suite
 from quality.errors import ValidationFailed
 from quality.report import SuiteOutcome, ValidationReport
 from warehouse.baseline import Baseline
+
+_SHOWN = 5  # videos named in a note before "..."
 
 
 def _moment(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def validate_raw(settings: Settings, cutoff_ms: int, since_ms: int) -> ValidationReport:
-    """Check every file of the hour partitions overlapping the ingestion interval [since, cutoff),
-    one UTC day of partitions at a time (every rule is about one row or one file)."""
-    what = f"the raw log ingested in [{_moment(since_ms)}, {_moment(cutoff_ms)})"
-    files = frames.raw_files(settings.raw_dir, since_ms, cutoff_ms)
-    if not files:
-        return ValidationReport(what=what, notes=("no raw partitions in the interval: nothing to check",))
-    by_day: dict[str, list[Path]] = defaultdict(list)
-    for path in files:
-        by_day[path.parent.parent.name.removeprefix("ingest_date=")].append(path)
-    context = open_context(settings.quality_dir)
-    outcomes = [
-        run_suite(
-            context,
-            suites.raw_log_suite(),
-            frames.raw_frame(settings.raw_dir, day_files),
-            run_name=f"raw-{since_ms}-{cutoff_ms}-{day}",
-            index_columns=[suites.FILE],
+def _interval(since_ms: int, cutoff_ms: int) -> str:
+    return f"[{_moment(since_ms)}, {_moment(cutoff_ms)})"
+
+
+def _scope(check: inputs.InputCheck, frame_rows: int, interval_rows: int | None, interval: str) -> str:
+    """What a raw validation checked, in words: the files and rows, and how many of those rows the
+    run's own interval received (not the rows of whole hour partitions)."""
+    checked = len(check.pending)
+    text = (
+        f"checked {checked} new or changed file(s) of the {check.read} the run reads "
+        f"({len(check.validated)} validated before, unchanged): {frame_rows} rows"
+    )
+    if interval_rows is not None:
+        text += f", {interval_rows} of them ingested in the run's interval {interval}"
+    return text
+
+
+def validate_raw(
+    settings: Settings, cutoff_ms: int, since_ms: int | None = None, run_id: str = "the run"
+) -> ValidationReport:
+    """Check every raw file a run at `cutoff_ms` reads (rows ingested before it, in any partition)
+    that is not yet validated with its current checksum: new files, files of intervals no run
+    validated (skipped, paused, backfilled), and files changed since. On success they are recorded
+    as validated (`validated_files` in the relational store, which must be migrated); on failure
+    nothing is. `since_ms` (the run's interval start) only words the report. Rules are about one
+    row or one file, so the files are checked one UTC day of partitions at a time."""
+    what = f"the raw log read by run {run_id} (ingested before {_moment(cutoff_ms)})"
+    check = inputs.check_inputs(settings.raw_dir, cutoff_ms, inputs.known_files(settings.store_url))
+    interval = _interval(since_ms, cutoff_ms) if since_ms is not None else ""
+    if not check.pending:
+        if check.restated:
+            inputs.record(settings.store_url, check.restated)
+        scope = (
+            f"no new or changed raw file: the {check.read} file(s) the run reads were validated before"
+            if check.read
+            else "no raw file holds a row ingested before the cutoff: nothing to check"
         )
-        for day, day_files in sorted(by_day.items())
-    ]
-    return ValidationReport(
+        if since_ms is not None:
+            scope += f", so none holds a row ingested in the run's interval {interval}"
+        return ValidationReport(what=what, scope=scope)
+    by_day: dict[str, list[Path]] = defaultdict(list)
+    for pending in check.pending:
+        by_day[pending.path.split("/", 1)[0].removeprefix("ingest_date=")].append(
+            settings.raw_dir / pending.path
+        )
+    context = open_context(settings.quality_dir)
+    outcomes: list[SuiteOutcome] = []
+    rows_by_file: dict[str, int] = {}
+    interval_rows = 0
+    for day, day_files in sorted(by_day.items()):
+        frame = frames.raw_frame(settings.raw_dir, day_files)
+        rows_by_file.update(frame.groupby(suites.FILE).size().to_dict())
+        if since_ms is not None:
+            ingested = frame["ingest_ts"]
+            interval_rows += int(((ingested >= since_ms) & (ingested < cutoff_ms)).fillna(False).sum())
+        outcomes.append(
+            run_suite(
+                context,
+                suites.raw_log_suite(),
+                frame,
+                run_name=f"raw-{run_id}-{day}",
+                index_columns=[suites.FILE],
+            )
+        )
+    frame_rows = sum(o.rows for o in outcomes)
+    report = ValidationReport(
         what=what,
         outcomes=tuple(outcomes),
         docs_index=docs_index(settings.quality_dir),
-        files=tuple(path.relative_to(settings.raw_dir).as_posix() for path in files),
+        files=tuple(p.path for p in check.pending),
+        scope=_scope(check, frame_rows, interval_rows if since_ms is not None else None, interval),
+        notes=tuple(f"{path} changed since it was validated: checked again" for path in check.changed),
     )
+    if report.success:
+        now = datetime.now(UTC)
+        passed = [p.validated(int(rows_by_file.get(p.path, 0)), now, run_id) for p in check.pending]
+        inputs.record(settings.store_url, [*passed, *check.restated])
+    return report
 
 
 def _growth_rule(cutoff_ms: int, rules_version: str, previous: Baseline | None) -> tuple[bool, str | None]:
@@ -68,14 +123,39 @@ def _growth_rule(cutoff_ms: int, rules_version: str, previous: Baseline | None) 
     return True, None
 
 
+def _fallen(frame: pd.DataFrame) -> str:
+    """How far views fell below the served baseline's, in words (for the note of an allowed fall)."""
+    fell = frame[frame["views"] < frame[suites.PREVIOUS_VIEWS]]
+    if fell.empty:
+        return "no video's views fell"
+    lost = int((fell[suites.PREVIOUS_VIEWS] - fell["views"]).sum())
+    shown = ", ".join(
+        f"{row.video_id} {getattr(row, suites.PREVIOUS_VIEWS)} -> {row.views}"
+        for row in fell.head(_SHOWN).itertuples()
+    )
+    more = ", ..." if len(fell) > _SHOWN else ""
+    return f"{len(fell)} video(s) fell by {lost} views in all ({shown}{more})"
+
+
 def validate_outputs(
-    settings: Settings, run_id: str, cutoff_ms: int, rules_version: str, previous: Baseline | None
+    settings: Settings,
+    run_id: str,
+    cutoff_ms: int,
+    rules_version: str,
+    previous: Baseline | None,
+    allow_decrease_reason: str | None = None,
 ) -> ValidationReport:
     """Check a computed, unpublished run against the log and against `previous` (the served
     baseline): no negative counts, unique viewers <= views, rejected + counted + repeat views =
-    the log's qualified views, the daily and per-bucket outputs add up, views never decrease."""
+    the log's qualified views, the daily and per-bucket outputs add up, views never decrease.
+
+    With `allow_decrease_reason` (an operator's words, after a data repair) views may fall below
+    the served ones: the report notes the reason and how far they fell instead of failing."""
     check_growth, note = _growth_rule(cutoff_ms, rules_version, previous)
     previous_views = {v: row.views for v, row in previous.rows.items()} if previous and check_growth else {}
+    reason = (allow_decrease_reason or "").strip()
+    allowed = check_growth and bool(reason)
+    check_growth = check_growth and not allowed
     context = open_context(settings.quality_dir)
     baseline = frames.baseline_frame(
         baseline_path(settings, run_id),
@@ -100,6 +180,11 @@ def validate_outputs(
             index_columns=["date", "video_id"],
         ),
     ]
+    if allowed:
+        note = (
+            f"views may fall below the served baseline's, allowed by the operator: {reason!r}; "
+            f"{_fallen(baseline)}"
+        )
     return ValidationReport(
         what=f"the outputs of batch run {run_id} (cutoff {_moment(cutoff_ms)})",
         outcomes=tuple(outcomes),

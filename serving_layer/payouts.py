@@ -1,4 +1,5 @@
-"""Creator payouts as the ledger holds them, with their audit fields, for the read API."""
+"""Creator payouts as the ledger holds them, with their audit fields, for the read API: the current
+row of each day (the latest published run's), or every run's rows marked current or not."""
 
 from __future__ import annotations
 
@@ -10,37 +11,42 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from serving_layer.errors import StoreUnavailable
 from warehouse.errors import StoreError
-from warehouse.store import ledger_rows, open_store
+from warehouse.store import PayoutSummary, open_store, payout_summaries
 
 
 def creator_payouts(
-    store_url: str, creator_id: str, since: date | None, until: date | None
+    store_url: str, creator_id: str, since: date | None, until: date | None, history: bool = False
 ) -> list[dict[str, Any]]:
-    """Every ledger row of a creator in [since, until], newest day first; money as decimal strings."""
+    """A creator's ledger rows in [since, until], newest day first, money as decimal strings: one
+    per day (the current row), or with `history` every run's row, the current one first. The input
+    files are summarised (how many, one digest over the list); `tally audit payout --files` lists
+    them."""
     try:
         with open_store(store_url) as store:
             if not sa.inspect(store.engine).has_table("payout_ledger"):
                 return []  # no batch has written payouts into this store yet
-            rows = ledger_rows(store, creator_id)
+            rows = payout_summaries(store, creator_id, since, until, history)
     except (SQLAlchemyError, StoreError) as exc:
         raise StoreUnavailable(
             f"the relational store is not readable ({exc}): run 'tally catalog load' or a batch with "
             "payouts to create it, or set TALLY_DATABASE_URL"
         ) from exc
-    chosen = [r for r in rows if (since is None or r.day >= since) and (until is None or r.day <= until)]
-    chosen.sort(key=lambda r: (r.day, r.run_id), reverse=True)
-    return [
-        {
-            "creator_id": r.creator_id,
-            "day": r.day.isoformat(),
-            "run_id": r.run_id,
-            "rules_version": r.rules_version,
-            "monetizable_views": r.monetizable_views,
-            "rate_per_1000": str(r.rate_per_1000),
-            "currency": r.currency,
-            "amount": str(r.amount),
-            "input_files": r.input_files,
-            "counted_ids_digest": r.counted_ids_digest,
-        }
-        for r in chosen
-    ]
+    return [_answer(row) for row in rows]
+
+
+def _answer(row: PayoutSummary) -> dict[str, Any]:
+    return {
+        "creator_id": row.creator_id,
+        "day": row.day.isoformat(),
+        "current": row.current,
+        "run_id": row.run_id,
+        "run_cutoff": row.run_cutoff,
+        "run_published_at": row.run_published_at.isoformat() if row.run_published_at else None,
+        "rules_version": row.rules_version,
+        "monetizable_views": row.monetizable_views,
+        "rate_per_1000": str(row.rate_per_1000),
+        "currency": row.currency,
+        "amount": str(row.amount),
+        "input_files": {"count": row.input_files_count, "digest": row.input_files_digest},
+        "counted_ids_digest": row.counted_ids_digest,
+    }

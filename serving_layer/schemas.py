@@ -37,3 +37,36 @@ def error_answer(status: int, field: str, reason: str) -> JSONResponse:
 def unavailable(exc: StoreUnavailable) -> JSONResponse:
     """The 503 answer when no store can answer."""
     return error_answer(503, "redis", str(exc))
+
+
+class InputFilesSummary(BaseModel):
+    """A ledger row's input files, summarised: how many, and one sha256 over the list
+    (`warehouse.tables.files_digest`); `tally audit payout --files` lists them."""
+
+    count: int
+    digest: str
+
+
+class PayoutAnswer(BaseModel):
+    """One ledger row: a creator's payout for one UTC day as one batch run computed it, with the
+    fields `tally audit payout` re-derives it from. `current`: the row of the latest published run."""
+
+    creator_id: str
+    day: str
+    current: bool
+    run_id: str
+    run_cutoff: int
+    run_published_at: str | None
+    rules_version: str
+    monetizable_views: int
+    rate_per_1000: str
+    currency: str
+    amount: str
+    input_files: InputFilesSummary
+    counted_ids_digest: str
+
+
+class CreatorPayouts(BaseModel):
+    creator_id: str
+    history: bool
+    payouts: list[PayoutAnswer]

@@ -1,8 +1,10 @@
 """The steps of a scheduled batch run as plain functions, one per Airflow task, each keyed by the
 data interval so that a re-run of an interval replaces what it wrote.
 
-wait for the cutoff → validate the raw partitions → compute → validate the outputs → publish →
-write payouts → build the warehouse → expire old speed buckets.
+wait for the cutoff → validate every raw file the run reads that is not yet validated → compute
+(payouts too, kept aside) → validate the outputs → publish (and record the run) → write payouts →
+build the warehouse → expire old speed buckets. `batch_run` is the same path by hand (`tally
+batch run`).
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
@@ -25,9 +27,16 @@ from typing import Any, cast
 import redis
 
 from batch_layer.cutoff import check_on_bucket_edge, read_watermark, require_closed_cutoff
-from batch_layer.errors import BatchError, CutoffNotClosed, WatermarkUnavailable
-from batch_layer.job import BatchResult, compute_batch, publish_batch
+from batch_layer.errors import BatchError, CutoffNotClosed, NothingRead, WatermarkUnavailable
+from batch_layer.job import (
+    BatchResult,
+    compute_batch,
+    new_run_id,
+    publish_batch,
+    require_not_behind_served,
+)
 from counting import keys
+from counting.catalog import CatalogRow
 from counting.settings import Settings, settings_env
 from warehouse.baseline import current_baseline, read_pointer
 
@@ -104,67 +113,222 @@ def recompute_bounds(settings: Settings, start: date, end: date | None) -> dict[
     return {"since": since, "cutoff": cutoff, "run_id": recompute_run_id(cutoff)}
 
 
-def validate_raw(settings: Settings, since: int | None, cutoff: int) -> str:
-    """Validate the raw partitions of [since, cutoff); raise `ValidationFailed` if any rule breaks.
-    Without `since` (a run without a data interval): from the served baseline's cutoff, or the
-    whole log when none is served. Returns the summary (its data docs paths included)."""
+def validate_raw(settings: Settings, since: int | None, cutoff: int, run_id: str = "the run") -> str:
+    """Validate every raw file a run at `cutoff` reads that is not yet validated with its current
+    checksum, whatever interval it belongs to (skipped intervals, backfills, files changed since);
+    raise `ValidationFailed` if any rule breaks. `since` (the run's interval start; without it, the
+    served baseline's cutoff) only words the report. Returns the summary (data docs paths included)."""
     from quality import require_valid
     from quality import validate_raw as check
+    from warehouse.migrate import migrate
 
     if since is None:
         served = read_pointer(settings.baselines_dir)
-        since = int(str(served["cutoff"])) if served is not None else 0
-    return require_valid(check(settings, cutoff, since)).summary()
+        since = int(str(served["cutoff"])) if served is not None else None
+    if since is not None and since >= cutoff:
+        since = None
+    migrate(settings.store_url)
+    return require_valid(check(settings, cutoff, since, run_id)).summary()
 
 
 def compute(settings: Settings, cutoff: int, run_id: str) -> dict[str, Any]:
     """Compute the run's outputs aside, unpublished (local Spark, or spark-submit to the configured
-    cluster). Returns the `BatchResult` as a plain dict (what an XCom carries)."""
+    cluster), and its payouts from the store's catalog in the same session, kept aside for
+    `write_payouts`. Returns the `BatchResult` as a plain dict (what an XCom carries)."""
     if settings.spark_master.startswith("local"):
-        result = compute_batch(settings, cutoff, run_id=run_id)
+        result = compute_batch(settings, cutoff, run_id=run_id, videos=_catalog(settings))
     else:
         result = compute_with_spark_submit(settings, cutoff, run_id)
     return asdict(result)
 
 
-def validate_outputs(settings: Settings, run: Mapping[str, Any]) -> str:
-    """Validate a computed run against the log and the served baseline; raise `ValidationFailed`
-    if any rule breaks. Returns the summary."""
-    from quality import require_valid
+def _catalog(settings: Settings) -> dict[str, CatalogRow]:
+    """The store's video catalog (migrating the store first: a no-op when it is current)."""
+    from warehouse.migrate import migrate
+    from warehouse.store import catalog, open_store
+
+    migrate(settings.store_url)
+    with open_store(settings.store_url) as store:
+        return catalog(store)
+
+
+def validate_outputs(
+    settings: Settings, run: Mapping[str, Any], allow_decrease_reason: str | None = None
+) -> str:
+    """Validate a computed run: every raw file it read is still validated with its current checksum,
+    and its outputs hold against the log and the served baseline; raise a `QualityError` if not.
+    `allow_decrease_reason` lets views fall below the served ones (after a data repair), noted in
+    the report. Returns the summary."""
+    from quality import require_valid, require_validated_inputs
     from quality import validate_outputs as check
 
     result = BatchResult(**run)
+    require_validated_inputs(settings.raw_dir, settings.store_url, result.cutoff, result.run_id)
     previous = current_baseline(settings.baselines_dir)
-    report = check(settings, result.run_id, result.cutoff, result.rules_version, previous)
+    report = check(
+        settings, result.run_id, result.cutoff, result.rules_version, previous, allow_decrease_reason
+    )
     return require_valid(report).summary()
 
 
-def publish(settings: Settings, run: Mapping[str, Any]) -> bool:
+def publish(
+    settings: Settings,
+    run: Mapping[str, Any],
+    allow_decrease_reason: str | None = None,
+    skip_validation: bool = False,
+    force: bool = False,
+) -> bool:
     """Switch readers to the run's baseline unless a later cutoff is already served (a backfill of
-    an old interval rewrites its outputs but never moves the served baseline back). True if switched."""
+    an old interval rewrites its outputs but never moves the served baseline back; `force` does),
+    and record the run in the store's batch runs: when it was published, the operator's reason to
+    let views fall, whether validation was skipped or the switch forced. True if switched."""
+    from warehouse.migrate import migrate
+    from warehouse.store import SUCCEEDED, RunRecord, get_run, open_store, record_run
+
     result = BatchResult(**run)
     served = current_baseline(settings.baselines_dir)
-    if served is not None and served.cutoff > result.cutoff:
+    behind = served is not None and served.cutoff > result.cutoff
+    switched = False
+    if behind and not force:
+        assert served is not None
         log.warning(
             "kept baseline %s (cutoff %s): run %s has an earlier cutoff",
             served.run_id,
             served.cutoff,
             result.run_id,
         )
-        return False
-    publish_batch(settings, result)
-    return True
+    else:
+        publish_batch(settings, result)
+        switched = True
+    migrate(settings.store_url)
+    now = datetime.now(UTC)
+    with open_store(settings.store_url) as store:
+        recorded = get_run(store, result.run_id)
+        record_run(
+            store,
+            RunRecord(
+                run_id=result.run_id,
+                cutoff=result.cutoff,
+                rules_version=result.rules_version,
+                started_at=now - timedelta(seconds=result.seconds),
+                status=SUCCEEDED,
+                finished_at=now,
+                events_read=result.events_read,
+                input_files=recorded.input_files if recorded and recorded.cutoff == result.cutoff else {},
+                published_at=now if switched else (recorded.published_at if recorded else None),
+                allow_decrease_reason=(allow_decrease_reason or "").strip() or None,
+                skip_validation=skip_validation,
+                forced=force and (behind or result.events_read == 0),
+            ),
+        )
+    return switched
 
 
 def write_payouts(settings: Settings, run: Mapping[str, Any]) -> int:
-    """Compute and write the run's payout ledger rows (replacing the run's earlier rows); returns
-    how many. Migrates the relational store first (a no-op when it is current)."""
-    from batch_layer.payouts import run_payouts
-    from warehouse.migrate import migrate
-
+    """Write the payout rows the run computed (in `compute`, same Spark session) to the ledger,
+    replacing the run's earlier rows; returns how many. Only for a run `publish` recorded (so
+    validated): raise `PayoutsUnavailable` otherwise, or when the run computed no payouts."""
     result = BatchResult(**run)
+    return write_run_payouts(settings, result.run_id)[1]
+
+
+def write_run_payouts(settings: Settings, run_id: str | None = None) -> tuple[str, int]:
+    """Write a recorded run's computed payouts to the ledger (default: the served baseline's run);
+    returns the run id and the rows written."""
+    from batch_layer.errors import PayoutsUnavailable
+    from batch_layer.payouts import load_computed_payouts
+    from batch_layer.payouts import write_payouts as write
+    from warehouse.migrate import migrate
+    from warehouse.store import get_run, open_store
+
+    if run_id is None:
+        served = read_pointer(settings.baselines_dir)
+        if served is None:
+            raise PayoutsUnavailable(
+                "no baseline is published yet, so no run's payouts can be written: run "
+                "'tally batch run --payouts' first"
+            )
+        run_id = str(served["run_id"])
     migrate(settings.store_url)
-    return len(run_payouts(settings, result.run_id, result.cutoff))
+    with open_store(settings.store_url) as store:
+        recorded = get_run(store, run_id)
+    if recorded is None:
+        raise PayoutsUnavailable(
+            f"run {run_id!r} is not a recorded batch run (runs are recorded when they pass validation "
+            "and publish): check the run id ('tally batch run' prints it), or run the batch first"
+        )
+    if recorded.skip_validation:
+        log.warning("run %s was published WITHOUT validation: its payouts are written as asked", run_id)
+    rows = load_computed_payouts(settings, run_id)
+    write(settings, run_id, recorded.cutoff, rows, events_read=recorded.events_read)
+    return run_id, len(rows)
+
+
+@dataclass(frozen=True)
+class ManualRun:
+    """What `tally batch run` did: the run, whether its baseline was switched in, the validation
+    summaries (None when skipped) and the payout rows written (None: not asked)."""
+
+    result: BatchResult
+    published: bool
+    raw_validation: str | None
+    output_validation: str | None
+    payouts_written: int | None
+
+
+def batch_run(
+    settings: Settings,
+    cutoff: int,
+    *,
+    payouts: bool = False,
+    skip_validation: bool = False,
+    allow_decrease_reason: str | None = None,
+    force: bool = False,
+    warn: Callable[[str], None] = log.warning,
+) -> ManualRun:
+    """A batch run by hand, through the same gates as the DAG: refuse a cutoff that would move
+    serving back or read nothing (`force` publishes it anyway), validate the raw files it reads,
+    compute (payouts in the same session), validate the outputs (views may fall only with
+    `allow_decrease_reason`), publish and record the run, write the payouts if asked.
+    `skip_validation` leaves both gates out (recorded in the run). `warn` says what is unusual."""
+    from quality.inputs import run_inputs
+
+    run_id = new_run_id(cutoff)
+    require_closed_cutoff(settings, cutoff)
+    served = read_pointer(settings.baselines_dir)
+    if served is not None and int(str(served["cutoff"])) > cutoff:
+        if not force:
+            require_not_behind_served(settings, cutoff)
+        warn(
+            f"--force: publishing cutoff {cutoff}, OLDER than the served baseline's {served['cutoff']} "
+            f"(run {served['run_id']}): serving moves back"
+        )
+    if not run_inputs(settings.raw_dir, cutoff):
+        _nothing_read(cutoff, force, warn)
+    raw_summary = None
+    if skip_validation:
+        warn(f"--skip-validation: run {run_id} is published WITHOUT validating its inputs or outputs")
+    else:
+        raw_summary = validate_raw(settings, None, cutoff, run_id)
+    run = compute(settings, cutoff, run_id)
+    result = BatchResult(**run)
+    if result.events_read == 0:
+        _nothing_read(cutoff, force, warn)
+    output_summary = None
+    if not skip_validation:
+        output_summary = validate_outputs(settings, run, allow_decrease_reason)
+    published = publish(settings, run, allow_decrease_reason, skip_validation, force)
+    written = write_run_payouts(settings, result.run_id)[1] if payouts else None
+    return ManualRun(result, published, raw_summary, output_summary, written)
+
+
+def _nothing_read(cutoff: int, force: bool, warn: Callable[[str], None]) -> None:
+    if not force:
+        raise NothingRead(
+            f"cutoff {cutoff} reads no event (no raw file holds a row ingested before it): publishing "
+            "it would serve an empty baseline; pick a later cutoff (or 'auto'), or pass --force"
+        )
+    warn(f"--force: publishing cutoff {cutoff}, which reads NO event: an empty baseline is served")
 
 
 def build_warehouse(settings: Settings) -> str:
@@ -239,6 +403,7 @@ def spark_submit_command(settings: Settings, cutoff: int, run_id: str, py_files:
         str(cutoff),
         "--run-id",
         run_id,
+        "--payouts",
     ]
 
 
@@ -274,8 +439,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="compute one Tally batch run, unpublished")
     parser.add_argument("--cutoff", type=int, required=True)
     parser.add_argument("--run-id", required=True)
+    parser.add_argument("--payouts", action="store_true", help="also compute the payouts, kept aside")
     args = parser.parse_args(argv)
-    result = compute_batch(Settings(), args.cutoff, run_id=args.run_id)
+    settings = Settings()
+    videos = _catalog(settings) if args.payouts else None
+    result = compute_batch(settings, args.cutoff, run_id=args.run_id, videos=videos)
     print(json.dumps(asdict(result)))
     return 0
 

@@ -6,24 +6,47 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import task
+from airflow.sdk import Param, task
 
 from counting.settings import Settings
 
+# The run's parameter (`--conf '{"allow_decrease_reason": "..."}'`) that lets a run publish views
+# below the served ones after a data repair; recorded with the run.
+ALLOW_DECREASE = "allow_decrease_reason"
+
+
+def run_params() -> dict[str, Param]:
+    """The parameters both DAGs take."""
+    return {
+        ALLOW_DECREASE: Param(
+            None,
+            type=["null", "string"],
+            minLength=1,
+            description=(
+                "after a data repair: why this run may publish views below the served baseline's "
+                "(recorded with the run); empty: a fall fails validate_outputs"
+            ),
+        ),
+    }
+
+
+def _reason(params: dict[str, Any] | None) -> str | None:
+    return (params or {}).get(ALLOW_DECREASE) or None
+
 
 @task
-def validate_outputs(run: dict[str, Any]) -> str:
+def validate_outputs(run: dict[str, Any], params: dict[str, Any] | None = None) -> str:
     from tally import pipeline
     from tally.airflow import gate
 
-    return gate(lambda: pipeline.validate_outputs(Settings(), run))
+    return gate(lambda: pipeline.validate_outputs(Settings(), run, _reason(params)))
 
 
 @task
-def publish(run: dict[str, Any]) -> bool:
+def publish(run: dict[str, Any], params: dict[str, Any] | None = None) -> bool:
     from tally import pipeline
 
-    return pipeline.publish(Settings(), run)
+    return pipeline.publish(Settings(), run, _reason(params))
 
 
 @task

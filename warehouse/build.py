@@ -52,8 +52,26 @@ _SOURCES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
             ("currency", "varchar"),
             ("amount", "decimal(20, 6)"),
             ("input_files", "varchar"),
+            ("input_files_count", "integer"),
+            ("input_files_digest", "varchar"),
             ("counted_ids_digest", "varchar"),
             ("created_at", "timestamp"),
+        ),
+    ),
+    "raw_batch_runs": (
+        "batch_runs",
+        (
+            ("run_id", "varchar"),
+            ("cutoff", "bigint"),
+            ("rules_version", "varchar"),
+            ("started_at", "timestamp"),
+            ("finished_at", "timestamp"),
+            ("status", "varchar"),
+            ("events_read", "bigint"),
+            ("published_at", "timestamp"),
+            ("allow_decrease_reason", "varchar"),
+            ("skip_validation", "boolean"),
+            ("forced", "boolean"),
         ),
     ),
 }
@@ -134,21 +152,26 @@ def model_variables(settings: Settings) -> tuple[dict[str, str], str | None]:
 
 
 def _store_rows(settings: Settings, table: str, columns: tuple[tuple[str, str], ...]) -> list[dict[str, Any]]:
-    """The rows of a store table (only the given columns), or none when the store or the table does
-    not exist yet. A SQLite store that has no file yet is not created."""
+    """The rows of a store table (only the given columns; null for a column an older schema lacks),
+    or none when the store or the table does not exist yet. A SQLite store that has no file yet is
+    not created."""
     url = sa.engine.make_url(settings.store_url)
     if url.get_backend_name() == "sqlite" and (not url.database or not Path(url.database).exists()):
         return []
     engine = sa.create_engine(url)
     try:
-        if not sa.inspect(engine).has_table(table):
+        inspector = sa.inspect(engine)
+        if not inspector.has_table(table):
             return []
+        present = {column["name"] for column in inspector.get_columns(table)}
         from warehouse import tables  # the store's column types (exact decimals, UTC times)
 
         source = tables.metadata.tables[table]
-        query = sa.select(*(source.c[name] for name, _ in columns))
+        query = sa.select(*(source.c[name] for name, _ in columns if name in present))
         with engine.connect() as connection:
-            return [dict(row._mapping) for row in connection.execute(query)]
+            return [
+                {name: row._mapping.get(name) for name, _ in columns} for row in connection.execute(query)
+            ]
     except sa.exc.SQLAlchemyError as exc:
         raise WarehouseBuildError(f"cannot read {table!r} from the store at {url!r}: {exc}") from exc
     finally:

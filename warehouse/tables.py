@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -72,6 +72,30 @@ batch_runs = sa.Table(
     sa.Column("status", sa.String(16), nullable=False),
     sa.Column("events_read", sa.BigInteger, nullable=True),
     sa.Column("input_files", sa.JSON, nullable=False),
+    # When the run's baseline was switched in for readers (null: never served, e.g. a backfill).
+    sa.Column("published_at", UtcDateTime, nullable=True),
+    # Why the operator let this run's views fall below the served baseline's (null: not allowed).
+    sa.Column("allow_decrease_reason", sa.Text, nullable=True),
+    # Published without the data-quality gates (`tally batch run --skip-validation`).
+    sa.Column("skip_validation", sa.Boolean, nullable=False, server_default=sa.false()),
+    # Published over a served baseline of a later cutoff, or with no event read (`--force`).
+    sa.Column("forced", sa.Boolean, nullable=False, server_default=sa.false()),
+)
+
+# The raw log files that passed the raw-log suite, with the checksum they had then: a run reads
+# only files recorded here with their current checksum (`quality.inputs`). The stat fields let a
+# run skip re-hashing a file that was not rewritten since (any rewrite changes its ctime).
+validated_files = sa.Table(
+    "validated_files",
+    metadata,
+    sa.Column("path", sa.String(1024), primary_key=True),  # relative to the raw directory
+    sa.Column("sha256", sa.String(64), nullable=False),
+    sa.Column("size", sa.BigInteger, nullable=False),
+    sa.Column("mtime_ns", sa.BigInteger, nullable=False),
+    sa.Column("ctime_ns", sa.BigInteger, nullable=False),
+    sa.Column("rows", sa.BigInteger, nullable=False),
+    sa.Column("validated_at", UtcDateTime, nullable=False),
+    sa.Column("validated_by", sa.String(128), nullable=False),  # the run that validated it
 )
 
 payout_ledger = sa.Table(
@@ -87,6 +111,9 @@ payout_ledger = sa.Table(
     sa.Column("currency", sa.String(3), nullable=False),
     sa.Column("amount", ExactDecimal, nullable=False),
     sa.Column("input_files", sa.JSON, nullable=False),
+    # A summary of `input_files` for readers that do not need the list: `files_digest` of it.
+    sa.Column("input_files_count", sa.Integer, nullable=True),
+    sa.Column("input_files_digest", sa.String(64), nullable=True),
     sa.Column("counted_ids_digest", sa.String(64), nullable=False),
     sa.Column("created_at", UtcDateTime, nullable=False),
     sa.UniqueConstraint("creator_id", "day", "run_id"),
@@ -102,6 +129,15 @@ def ids_digest(event_ids: Iterable[str]) -> str:
     outer = hashlib.sha256()
     for event_id in sorted(event_ids):
         outer.update(hashlib.sha256(event_id.encode()).hexdigest().encode())
+    return outer.hexdigest()
+
+
+def files_digest(input_files: Mapping[str, str]) -> str:
+    """One sha256 over a list of files and their sha256 (`path<TAB>sha256<LF>`, paths sorted): what
+    the read API answers in place of a ledger row's whole `input_files` list."""
+    outer = hashlib.sha256()
+    for path in sorted(input_files):
+        outer.update(f"{path}\t{input_files[path]}\n".encode())
     return outer.hexdigest()
 
 

@@ -12,17 +12,26 @@ from pathlib import Path
 import msgspec
 import pyarrow.parquet as pq
 import pytest
+import redis
 from pyspark.sql import SparkSession
 
-from batch_layer.payouts import payout_amount, payout_events_path, run_payouts
-from counting import oracle, rules
+from batch_layer.errors import PayoutsUnavailable
+from batch_layer.job import compute_batch
+from batch_layer.payouts import (
+    compute_payouts,
+    load_computed_payouts,
+    payout_amount,
+    payout_events_path,
+    run_payouts,
+)
+from counting import keys, oracle, rules
 from counting.catalog import CatalogRow
 from counting.event import Event, parse_event, stamped
 from counting.rules import RULES_VERSION
 from counting.settings import Settings
 from counting.traffic import TrafficConfig, catalog_rows, generate
 from warehouse.migrate import migrate
-from warehouse.store import ledger_rows, open_store, upsert_catalog
+from warehouse.store import catalog, ledger_rows, open_store, upsert_catalog
 from warehouse.tables import file_digest, ids_digest
 
 WriteLog = Callable[[Path, Sequence[Event]], None]
@@ -116,3 +125,29 @@ def test_ledger_amounts_equal_the_oracle_and_a_rewrite_changes_nothing(
         rewritten = [r for creator in sorted({c for c, _ in expected}) for r in ledger_rows(store, creator)]
     assert again == rows
     assert [r.payout() for r in rewritten] == [r.payout() for r in ledger]
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_run_computes_its_payouts_in_its_own_session_and_keeps_them_aside(
+    tmp_path: Path, spark: SparkSession, write_log: WriteLog, redis_url: str, redis_client: redis.Redis
+) -> None:
+    settings = payout_settings(tmp_path).model_copy(update={"redis_url": redis_url, "bucket_ms": 60_000})
+    redis_client.set(keys.archiver_watermark(), CUTOFF)
+    events = traffic_events(TRAFFIC)
+    write_log(settings.raw_dir, events)
+    with open_store(settings.store_url) as store:
+        videos = catalog(store)
+
+    result = compute_batch(settings, CUTOFF, run_id="run-1", spark=spark, videos=videos)
+
+    kept = load_computed_payouts(settings, "run-1")
+    assert result.payouts == len(kept)
+    assert {(r.creator_id, r.day): r.monetizable_views for r in kept} == oracle_views(
+        events, CUTOFF, catalog_rows(TRAFFIC)
+    )
+    assert kept == compute_payouts(spark, settings, "run-1", CUTOFF, videos)  # the separate path
+    with open_store(settings.store_url) as store:
+        assert all(ledger_rows(store, r.creator_id) == [] for r in kept)  # written after publish only
+    with pytest.raises(PayoutsUnavailable, match="'run-2' has no computed payouts"):
+        load_computed_payouts(settings, "run-2")

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
+from counting.settings import Settings, settings_env
 from tally.airflow import DAGS_FOLDER, airflow_command
 from tests import logfiles
 
@@ -55,3 +57,12 @@ def dag_bag(airflow_home: Path) -> Any:
 def write_log() -> logfiles.WriteLog:
     """Write events under a raw directory in the archiver's hive layout."""
     return logfiles.write_log
+
+
+@pytest.fixture
+def tally_env(settings: Settings, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """The settings as TALLY_* variables: the DAG's tasks read `Settings()` when they run."""
+    for name, value in settings_env(settings).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("GX_ANALYTICS_ENABLED", "False")
+    return settings

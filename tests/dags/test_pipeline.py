@@ -138,6 +138,13 @@ def test_spark_submit_ships_the_packages_and_runs_this_module(settings: Settings
     assert command[0].endswith("spark-submit")
     assert command[command.index("--master") + 1] == "spark://spark-master:7077"
     assert command[command.index("--py-files") + 1] == str(bundle)
-    assert command[-5:] == [pipeline.__file__, "--cutoff", str(DAY_MS), "--run-id", f"interval-{DAY_MS}"]
+    assert command[-6:] == [
+        pipeline.__file__,
+        "--cutoff",
+        str(DAY_MS),
+        "--run-id",
+        f"interval-{DAY_MS}",
+        "--payouts",  # computed in the same session, kept aside until the run is published
+    ]
     names = zipfile.ZipFile(bundle).namelist()
     assert {"batch_layer/job.py", "counting/rules.py", "warehouse/baseline.py"} <= set(names)

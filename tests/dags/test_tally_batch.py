@@ -19,7 +19,6 @@ from counting.event import Event, event_from_dict, stamped
 from counting.rules import RULES_VERSION
 from counting.settings import Settings
 from counting.traffic import TrafficConfig, catalog_rows, generate
-from tally.pipeline import settings_env
 from tests.logfiles import WriteLog, hour_folder, log_rows, oracle_rows, write_rows
 from warehouse.baseline import BaselineRow, current_baseline, publish_baseline, rows_table, write_table
 from warehouse.migrate import migrate
@@ -79,15 +78,6 @@ def _page_text(page: Path) -> str:
 
 def _states(run: Any) -> dict[str, str | None]:
     return {ti.task_id: (str(ti.state) if ti.state else None) for ti in run.get_task_instances()}
-
-
-@pytest.fixture
-def tally_env(settings: Settings, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    """The settings as TALLY_* variables: the DAG's tasks read `Settings()` when they run."""
-    for name, value in settings_env(settings).items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("GX_ANALYTICS_ENABLED", "False")
-    return settings
 
 
 def test_a_clean_interval_moves_the_served_baseline_to_its_end(

@@ -168,6 +168,8 @@ def _write_store(settings: Settings) -> None:
                     "status": "succeeded",
                     "events_read": 10,
                     "input_files": {},
+                    "published_at": when,
+                    "allow_decrease_reason": "removed a replayed file" if run_id == RUN else None,
                 },
             )
         connection.execute(
@@ -269,7 +271,16 @@ def test_store_staging_models_copy_the_store(built: tuple[BuildReport, int]) -> 
         ("v3", "c2", True),
     ]
     assert _query(report, "select count(*), sum(amount) from stg_payout_ledger") == [(3, Decimal("0.008000"))]
-    assert report.sources == {"raw_videos": 3, "raw_payout_ledger": 3}
+    assert report.sources == {"raw_videos": 3, "raw_payout_ledger": 3, "raw_batch_runs": 2}
+    runs = _query(
+        report,
+        "select run_id, cutoff, status, allow_decrease_reason, skip_validation, forced "
+        "from stg_batch_runs order by run_id",
+    )
+    assert runs == [
+        (OLD_RUN, CUTOFF, "succeeded", None, False, False),
+        (RUN, CUTOFF, "succeeded", "removed a replayed file", False, False),
+    ]
 
 
 def test_mart_daily_video_stats(built: tuple[BuildReport, int]) -> None:
@@ -318,6 +329,8 @@ def test_mart_creator_payouts_takes_the_latest_run(built: tuple[BuildReport, int
         ("c1", D1, 2, Decimal("0.004000"), "USD", RUN),
         ("c1", D2, 1, Decimal("0.002000"), "USD", RUN),
     ]
+    reasons = _query(report, "select distinct allow_decrease_reason from mart_creator_payouts")
+    assert reasons == [("removed a replayed file",)]
 
 
 def test_an_empty_data_dir_builds_empty_typed_models(tmp_path: Path) -> None:

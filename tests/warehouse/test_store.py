@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Iterator, Sequence
@@ -22,16 +23,20 @@ from warehouse.store import (
     PayoutRow,
     RunRecord,
     Store,
+    ValidatedFile,
     catalog,
     get_run,
     latest_payout,
     ledger_rows,
     open_store,
+    payout_summaries,
     record_run,
+    record_validated,
     upsert_catalog,
+    validated_files,
     write_ledger,
 )
-from warehouse.tables import ids_digest, metadata
+from warehouse.tables import files_digest, ids_digest, metadata
 
 ADMIN_URL = os.environ.get("TALLY_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 DAY = date(2026, 11, 20)
@@ -117,8 +122,8 @@ def _figures(rows: Sequence[PayoutRow]) -> list[tuple[str, date, str, int, Decim
 
 
 def test_migrations_build_exactly_the_metadata(store: Store, store_url: str) -> None:
-    assert current_revision(store) == head_revision() == "0001"
-    assert migrate(store_url) == "0001"  # again: nothing to do
+    assert current_revision(store) == head_revision() == "0002"
+    assert migrate(store_url) == "0002"  # again: nothing to do
     with store.engine.connect() as connection:
         context = MigrationContext.configure(connection, opts={"compare_type": True})
         assert compare_metadata(context, metadata) == []
@@ -210,3 +215,91 @@ def test_bad_ledger_rows_are_refused_and_change_nothing(store: Store) -> None:
 def test_an_unreachable_store_says_what_to_do() -> None:
     with pytest.raises(StoreUnavailable, match="TALLY_DATABASE_URL"):
         migrate("postgresql+psycopg://postgres@127.0.0.1:1/none?connect_timeout=2")
+
+
+def test_the_current_row_is_the_latest_published_runs(store: Store) -> None:
+    published = datetime(2026, 11, 21, 2, tzinfo=UTC)
+    # run-2 has the later cutoff, but run-1 was published after it (forced back after a bad run);
+    # run-3, a backfill never published, has the latest cutoff of all.
+    write_ledger(store, replace(_run("run-1"), published_at=published), [_payout("c1", 10, "run-1")])
+    write_ledger(
+        store,
+        replace(_run("run-2", cutoff=1_795_000_100_000), published_at=published.replace(hour=1)),
+        [_payout("c1", 12, "run-2"), _payout("c1", 3, "run-2", day=date(2026, 11, 21))],
+    )
+    write_ledger(store, _run("run-3", cutoff=1_795_000_200_000), [_payout("c1", 14, "run-3")])
+
+    assert [r.run_id for r in ledger_rows(store, "c1", DAY)] == ["run-3", "run-2", "run-1"]
+    current = latest_payout(store, "c1", DAY)
+    assert current is not None and current.run_id == "run-1"
+    chosen = latest_payout(store, "c1", DAY, run_id="run-3")
+    assert chosen is not None and chosen.monetizable_views == 14
+
+    summaries = payout_summaries(store, "c1")
+
+    assert [(s.day, s.run_id, s.current) for s in summaries] == [
+        (date(2026, 11, 21), "run-2", True),
+        (DAY, "run-1", True),
+    ]
+    files = _payout("c1", 10).input_files
+    assert (summaries[1].input_files_count, summaries[1].input_files_digest) == (1, files_digest(files))
+    history = payout_summaries(store, "c1", since=DAY, until=DAY, history=True)
+    assert [(s.run_id, s.current, s.monetizable_views) for s in history] == [
+        ("run-1", True, 10),
+        ("run-2", False, 12),
+        ("run-3", False, 14),
+    ]
+    assert payout_summaries(store, "c9") == []
+
+
+def test_publication_fields_survive_a_ledger_write(store: Store) -> None:
+    run = replace(_run(), published_at=STARTED, allow_decrease_reason="repair: removed x", forced=True)
+    record_run(store, run)
+    assert get_run(store, "run-1") == run
+
+
+def test_validated_files_are_recorded_and_updated(store: Store) -> None:
+    first = ValidatedFile(
+        "ingest_date=2026-11-20/ingest_hour=22/a.parquet", "ab" * 32, 10, 1, 2, 5, STARTED, "r1"
+    )
+    assert record_validated(store, [first]) == 1
+    assert validated_files(store) == {first.path: first}
+    again = replace(first, sha256="cd" * 32, ctime_ns=3, validated_by="r2")
+    record_validated(store, [again])
+    assert validated_files(store) == {first.path: again}
+
+
+def test_the_migration_summarises_the_input_files_of_existing_ledger_rows(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    migrate(url, "0001")
+    engine = sa.create_engine(url)
+    files = {"ingest_date=2026-11-20/ingest_hour=22/b.parquet": "ef" * 32, "a.parquet": "01" * 32}
+    with engine.begin() as connection:
+        connection.execute(
+            sa.text(
+                "insert into batch_runs (run_id, cutoff, rules_version, started_at, status, input_files) "
+                "values ('old', 1, 'v', '2026-11-20 00:00:00', 'succeeded', '{}')"
+            )
+        )
+        connection.execute(
+            sa.text(
+                "insert into payout_ledger (creator_id, day, run_id, rules_version, monetizable_views, "
+                "rate_per_1000, currency, amount, input_files, counted_ids_digest, created_at) values "
+                "('c1', '2026-11-20', 'old', 'v', 1, '2.000000', 'USD', '0.002000', :files, 'x', "
+                "'2026-11-20 00:00:00')"
+            ),
+            {"files": json.dumps(files)},
+        )
+    engine.dispose()
+
+    assert migrate(url) == "0002"
+
+    with open_store(url) as store:
+        [summary] = payout_summaries(store, "c1")
+        assert (summary.input_files_count, summary.input_files_digest) == (2, files_digest(files))
+        record = get_run(store, "old")
+        assert record is not None and (record.skip_validation, record.forced, record.published_at) == (
+            False,
+            False,
+            None,
+        )

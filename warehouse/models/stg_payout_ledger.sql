@@ -18,6 +18,8 @@ final as (
         currency,
         amount,
         input_files,
+        input_files_count,
+        input_files_digest,
         counted_ids_digest,
         created_at
     from source
