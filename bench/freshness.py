@@ -25,6 +25,7 @@ import msgspec
 
 from bench.speed_layer import REQUEST_EVENTS, _machine, generate
 from counting.settings import Settings
+from tally.secrets import with_local_secrets
 from tally.services import free_port
 from tally.stack import start_stack
 
@@ -137,6 +138,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             faust_web_port=free_port(),
             bucket_ms=60_000,
         )
+        settings = with_local_secrets(settings)  # the collector key the stack's ingest API checks
         print("starting the stack", file=sys.stderr)
         stack = start_stack(settings, reset=True)
         try:

@@ -6,12 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from counting.settings import Settings
+from tally.secrets import with_local_secrets
 from tally.services import Service, free_port, start_broker, start_redis
 
 
 def isolated_services(work: Path, bucket_ms: int = 10_000) -> tuple[Service, Service, Settings]:
     """(broker, redis, settings): the stores started with their logs under `work/logs`, data under
-    `work/data`, free ports for both APIs and the workers' metrics."""
+    `work/data`, free ports for both APIs and the workers' metrics, the secrets generated under it."""
     broker = start_broker(free_port(), work / "logs")
     store = start_redis(free_port(), work / "logs")
     settings = Settings(
@@ -23,4 +24,4 @@ def isolated_services(work: Path, bucket_ms: int = 10_000) -> tuple[Service, Ser
         serving_port=free_port(),
         faust_web_port=free_port(),
     )
-    return broker, store, settings
+    return broker, store, with_local_secrets(settings)

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import ipaddress
+import json
 from decimal import Decimal
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from counting.errors import InvalidSetting
+
 HOUR_MS = 3_600_000
+# The shared secrets, each needed by an API: none has a usable default.
+SECRETS: tuple[str, ...] = ("admin_key", "collector_key", "user_token_secret")
+MIN_SECRET_CHARS = 16
 
 
 class Settings(BaseSettings):
@@ -29,20 +36,29 @@ class Settings(BaseSettings):
     )
     ingest_host: str = "127.0.0.1"
     ingest_port: int = 8001
+    ingest_workers: int = Field(default=1, gt=0, description="ingest API processes sharing its port")
     serving_host: str = "127.0.0.1"
     serving_port: int = 8000
     spark_master: str = "local[2]"
     archiver_flush_ms: int = Field(default=1_000, gt=0, description="longest an archiver batch waits")
     counter_flush_ms: int = Field(default=100, gt=0, description="longest a counter batch waits")
     faust_web_port: int = 6066
-    admin_key: str = Field(default="change-me", description="X-Admin-Key of the admin routes")
-    collector_key: str = Field(
-        default="change-me-collector", description="X-Collector-Key of POST /v1/events"
+    faust_web_host: str = Field(
+        default="127.0.0.1",
+        description="address the workers' /metrics (and Faust web) bind; 0.0.0.0 is every interface",
     )
-    user_token_secret: str = Field(default="change-me-token-secret", description="signs user tokens")
+    # Secrets have no default: the APIs refuse to start without them ('tally up' generates them).
+    admin_key: str = Field(default="", description="X-Admin-Key of the admin routes")
+    collector_key: str = Field(default="", description="X-Collector-Key of POST /v1/events")
+    user_token_secret: str = Field(default="", description="signs user tokens")
     user_token_ttl_secs: int = Field(default=24 * 3600, gt=0)
     rate_limit_ip_per_min: int = Field(default=600, gt=0, description="user-route requests per address")
     rate_limit_user_per_min: int = Field(default=120, gt=0, description="user-route requests per user")
+    trusted_proxies: list[str] = Field(
+        default_factory=list,
+        description="addresses or CIDRs (JSON list) of the proxies whose X-Forwarded-For the single-event "
+        "routes believe; from any other peer the header is ignored",
+    )
     serving_cache_ms: int = Field(
         default=250,
         ge=0,
@@ -60,6 +76,16 @@ class Settings(BaseSettings):
         default=2_000, gt=0, description="velocity above which a video is sharded over partitions"
     )
     max_video_shards: int = Field(default=16, gt=0)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies_are_networks(cls, value: list[str]) -> list[str]:
+        for proxy in value:
+            try:
+                ipaddress.ip_network(proxy, strict=False)
+            except ValueError:
+                raise ValueError(f"not an address or CIDR (got {proxy!r})") from None
+        return value
 
     @property
     def raw_dir(self) -> Path:
@@ -103,5 +129,25 @@ def settings_env(settings: Settings) -> dict[str, str]:
         if name == "data_dir":
             value = str(settings.data_dir.resolve())
         if value is not None:
-            env[f"TALLY_{name.upper()}"] = str(value)
+            env[f"TALLY_{name.upper()}"] = json.dumps(value) if isinstance(value, list) else str(value)
     return env
+
+
+def check_secrets(settings: Settings, names: tuple[str, ...] = SECRETS) -> None:
+    """Raise InvalidSetting naming the first of `names` that is empty, a `change-me` placeholder or
+    too short to be a secret: an API must not start with a key anyone can guess."""
+    for name in names:
+        value = getattr(settings, name)
+        variable = f"TALLY_{name.upper()}"
+        if not value:
+            problem = "is empty"
+        elif value.lower().startswith("change-me"):
+            problem = f"is the placeholder {value!r}"
+        elif len(value) < MIN_SECRET_CHARS:
+            problem = f"is only {len(value)} characters"
+        else:
+            continue
+        raise InvalidSetting(
+            f"{variable} {problem}: set it to a secret of at least {MIN_SECRET_CHARS} characters "
+            f"(the local stack 'tally up' generates one under {settings.run_dir / 'secrets.json'})"
+        )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
@@ -16,12 +17,13 @@ from counting.errors import InvalidEvent
 from counting.event import MAX_BODY_BYTES, event_from_dict, is_valid_video_id, parse_batch
 from counting.settings import Settings
 from ingest.auth import Unauthorized, check_key, verify_token
+from ingest.connection import client_address, trusted_networks, user_agent
 from ingest.errors import BrokerUnavailable, RateLimited
 from ingest.publisher import Publisher, now_ms
-from ingest.ratelimit import RateLimiter
+from ingest.ratelimit import Limit, RateLimiter
 from ingest.reactions import ReactionState
 from ingest.routes import SINGLE_ROUTES
-from ingest.schemas import ANSWERS, batch_body, single_body
+from ingest.schemas import ANSWERS, SINGLE_DESCRIPTION, batch_body, single_body
 
 
 def _error(status: int, errors: list[dict[str, Any]], **extra: Any) -> JSONResponse:
@@ -46,17 +48,18 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
     redis = Redis.from_url(settings.redis_url, socket_timeout=1.0, socket_connect_timeout=1.0)
     reactions = ReactionState(redis)
     limiter = RateLimiter(redis)
+    proxies = trusted_networks(settings.trusted_proxies)
 
-    async def admit(request: Request, user_id: str) -> None:
-        """Per-address and per-user sliding-minute limits of the user routes."""
-        address = request.client.host if request.client else "unknown"
-        for scope, subject, limit in (
-            ("ip", address, settings.rate_limit_ip_per_min),
-            ("user", user_id, settings.rate_limit_user_per_min),
-        ):
-            wait_ms = await limiter.retry_after_ms(scope, subject, limit)
-            if wait_ms:
-                raise RateLimited(scope, limit, wait_ms)
+    async def admit(address: str, user_id: str) -> None:
+        """Per-address and per-user sliding-minute limits of the user routes, in one round trip."""
+        refused = await limiter.refusal(
+            (
+                Limit("ip", address, settings.rate_limit_ip_per_min),
+                Limit("user", user_id, settings.rate_limit_user_per_min),
+            )
+        )
+        if refused is not None:
+            raise RateLimited(refused.scope, refused.limit, refused.retry_after_ms)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -127,7 +130,9 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
             video_id: str, request: Request, authorization: Annotated[str | None, Header()] = None
         ) -> JSONResponse:
             user_id = verify_token(settings.user_token_secret, authorization)
-            await admit(request, user_id)
+            peer = request.client.host if request.client else None
+            ip = client_address(peer, request.headers.getlist("x-forwarded-for"), proxies)
+            await admit(ip or peer or "unknown", user_id)
             if not is_valid_video_id(video_id):
                 raise InvalidEvent("video_id", f"must match [A-Za-z0-9_-]{{1,64}} (got {video_id!r})")
             body = await _read_body(request)
@@ -142,10 +147,31 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
                     raise InvalidEvent(field, "set by the route; leave it out of the body")
             if "user_id" in data:
                 raise InvalidEvent("user_id", "comes from the signed token; leave it out of the body")
-            fields = {**data, "type": event_type, "video_id": video_id, "user_id": user_id}
-            event = event_from_dict(fields, now_ms())
+            for field in ("ip", "user_agent"):
+                if field in data:
+                    raise InvalidEvent(field, "set from the connection; leave it out of the body")
+            now = now_ms()
+            fields = {
+                # Supplied by the server when the body leaves them out; the answer returns both, so a
+                # retry can send the same event_id.
+                "event_id": uuid.uuid4().hex,
+                "ts": now,
+                **data,
+                "type": event_type,
+                "video_id": video_id,
+                "user_id": user_id,
+                "ip": ip,
+                "user_agent": user_agent(request.headers),
+            }
+            event = event_from_dict(fields, now)
             written, warnings = await write([event])
-            content = {"accepted": 1, "ingest_ts": written[0].ingest_ts, "warnings": warnings}
+            content = {
+                "accepted": 1,
+                "ingest_ts": written[0].ingest_ts,
+                "event_id": event.event_id,
+                "ts": event.ts,
+                "warnings": warnings,
+            }
             return JSONResponse(status_code=202, content=content)
 
         return handler
@@ -159,6 +185,7 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
             responses=ANSWERS,
             openapi_extra=single_body(),
             summary=f"{method} one {event_type} event",
+            description=SINGLE_DESCRIPTION,
         )
 
     @app.get("/healthz")

@@ -42,7 +42,10 @@ def issue_token(secret: str, user_id: str, ttl_secs: int, now: float | None = No
 
 
 def verify_token(secret: str, header: str | None, now: float | None = None) -> str:
-    """The user id of a valid `Authorization: Bearer <token>`; Unauthorized otherwise."""
+    """The user id of a valid `Authorization: Bearer <token>`; Unauthorized otherwise (always, when
+    no secret is configured: a token signed with an empty key proves nothing)."""
+    if not secret:
+        raise Unauthorized("authorization", "this server has no user token secret configured")
     if not header:
         raise Unauthorized(
             "authorization", "a signed user token is required: 'Authorization: Bearer <token>'"
@@ -68,6 +71,6 @@ def verify_token(secret: str, header: str | None, now: float | None = None) -> s
 
 
 def check_key(given: str | None, expected: str, header: str) -> None:
-    """Constant-time check of a shared key presented in `header`."""
-    if given is None or not hmac.compare_digest(given.encode(), expected.encode()):
+    """Constant-time check of a shared key presented in `header`; an empty `expected` admits no one."""
+    if not expected or given is None or not hmac.compare_digest(given.encode(), expected.encode()):
         raise Unauthorized(header, "missing or wrong key")

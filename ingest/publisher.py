@@ -9,6 +9,7 @@ view window and "first seen" stay exact while the shard count holds.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import zlib
@@ -31,6 +32,10 @@ logger = logging.getLogger("tally.ingest")
 SHARDS_TTL_S = 1.0
 REDIS_BACKOFF_S = 5.0
 REDIS_TIMEOUT_S = 0.2
+# No wait for more records before a produce request: a lone write goes out at once. Under load the
+# records still share requests, since the producer keeps one request in flight per broker and packs
+# what arrived meanwhile into the next.
+LINGER_MS = 0
 
 
 def now_ms() -> int:
@@ -47,43 +52,72 @@ def shard_of(event: Event, shards: int) -> int:
 
 
 class ShardCounts:
-    """The shard counts of videos, read from Redis (`keys.shards`) and cached for SHARDS_TTL_S; a
-    video without one, or a Redis that does not answer, has one shard."""
+    """The shard counts of videos, read from Redis (`keys.shards`) and trusted for SHARDS_TTL_S; a
+    video without one, or a Redis that does not answer, has one shard.
+
+    A count past half its time is read again in the background (one MGET for all such videos at a
+    time) while it is still used, so a video asked for more often than that never waits on Redis.
+    """
 
     def __init__(self, client: aioredis.Redis | None, clock: Callable[[], float] = time.monotonic) -> None:
         self._client = client
         self._clock = clock
-        self._cache: dict[str, tuple[int, float]] = {}
+        self._cache: dict[str, tuple[int, float]] = {}  # video -> (count, when it was read)
         self._quiet_until = 0.0
+        self._due: set[str] = set()
+        self._refresher: asyncio.Task[None] | None = None
 
     async def of(self, videos: set[str]) -> dict[str, int]:
         now = self._clock()
         found: dict[str, int] = {}
         stale: list[str] = []
+        ageing: list[str] = []
         for video in videos:
             cached = self._cache.get(video)
-            if cached is not None and cached[1] > now:
-                found[video] = cached[0]
-            else:
+            if cached is None or now - cached[1] >= SHARDS_TTL_S:
                 stale.append(video)
-        if stale and self._client is not None and now >= self._quiet_until:
+                continue
+            found[video] = cached[0]
+            if now - cached[1] >= SHARDS_TTL_S / 2:
+                ageing.append(video)
+        if ageing and now >= self._quiet_until:
+            self._refresh_soon(ageing)
+        if stale:
+            found.update(await self._read(stale))
+        return found
+
+    def _refresh_soon(self, videos: list[str]) -> None:
+        self._due.update(videos)
+        if self._refresher is None or self._refresher.done():
+            self._refresher = asyncio.get_running_loop().create_task(self._refresh())
+
+    async def _refresh(self) -> None:
+        while self._due:
+            videos, self._due = list(self._due), set()
+            await self._read(videos)
+
+    async def _read(self, videos: list[str]) -> dict[str, int]:
+        """Read the counts of `videos` into the cache; where Redis does not answer (or is left
+        alone for REDIS_BACKOFF_S after it failed), the cached count, else one."""
+        now = self._clock()
+        if self._client is not None and now >= self._quiet_until:
             try:
-                values = await self._client.mget([keys.shards(v) for v in stale])
+                values = await self._client.mget([keys.shards(v) for v in videos])
             except (RedisError, OSError) as exc:
                 self._quiet_until = now + REDIS_BACKOFF_S
                 logger.warning("event=shards_unavailable error=%r retry_in_s=%s", exc, REDIS_BACKOFF_S)
             else:
                 if len(self._cache) > 100_000:
                     self._cache.clear()
-                for video, value in zip(stale, values, strict=True):
-                    count = max(1, int(value)) if value is not None else 1
-                    self._cache[video] = (count, now + SHARDS_TTL_S)
-                    found[video] = count
-        for video in stale:
-            found.setdefault(video, self._cache.get(video, (1, 0.0))[0])
-        return found
+                for video, value in zip(videos, values, strict=True):
+                    self._cache[video] = (max(1, int(value)) if value is not None else 1, now)
+        return {video: self._cache.get(video, (1, 0.0))[0] for video in videos}
 
     async def close(self) -> None:
+        if self._refresher is not None:
+            self._refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refresher
         if self._client is not None:
             await self._client.aclose()
 
@@ -132,7 +166,7 @@ class Publisher:
             acks="all",
             enable_idempotence=False,
             request_timeout_ms=self._settings.delivery_timeout_ms,
-            linger_ms=2,
+            linger_ms=LINGER_MS,
             max_request_size=8 * 1024 * 1024,
         )
         try:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from counting import keys
+from ingest.scripts import ScriptCalls
 
 log = logging.getLogger("tally.ingest.ratelimit")
 
@@ -29,25 +32,56 @@ return 0
 """
 
 
+class Limit(NamedTuple):
+    """One limit a request must pass: its scope (`ip`, `user`), whose window, and the most requests
+    that window admits in a minute."""
+
+    scope: str
+    subject: str
+    per_window: int
+
+
+class Refusal(NamedTuple):
+    """The limit a request went over and how long until its window admits one more."""
+
+    scope: str
+    limit: int
+    retry_after_ms: int
+
+
 class RateLimiter:
     """Admits requests per key (an address, a user) within a limit per sliding minute.
+
+    All the limits of a request are checked in one round trip: a pipeline of one script call per
+    window, not a transaction, since the windows' keys sit in different Redis Cluster slots. Each
+    window records the request when it admits it, whatever the others answer.
 
     When Redis is unreachable the request is admitted and a warning logged: writes are worth more
     than the limit, and the broker, not Redis, is what an acknowledgement depends on.
     """
 
     def __init__(self, redis: Redis, window_ms: int = 60_000) -> None:
-        self._script = redis.register_script(_ADMIT)
+        self._script = ScriptCalls(redis, _ADMIT)
         self._window = window_ms
 
-    async def retry_after_ms(self, scope: str, subject: str, limit: int) -> int:
-        """0 when admitted; else how long to wait before the next request may pass."""
+    async def refusal(self, limits: Sequence[Limit]) -> Refusal | None:
+        """None when every limit admits the request; else the first one (in the given order) that
+        refused it."""
         now = time.time_ns() // 1_000_000
+        member = uuid.uuid4().hex
+        calls = [
+            (keys.rate_window(limit.scope, limit.subject), (now, self._window, limit.per_window, member))
+            for limit in limits
+        ]
         try:
-            waited = await self._script(
-                keys=[keys.rate_window(scope, subject)], args=[now, self._window, limit, uuid.uuid4().hex]
-            )
+            answers = await self._script.run(calls)
+            for answer in answers:
+                if isinstance(answer, Exception):
+                    raise answer
         except (RedisError, OSError) as exc:
-            log.warning("event=rate_limit_unavailable scope=%s error=%s", scope, type(exc).__name__)
-            return 0
-        return int(waited)
+            log.warning("event=rate_limit_unavailable error=%s", type(exc).__name__)
+            return None
+        for limit, waited in zip(limits, answers, strict=True):
+            if int(waited):
+                return Refusal(limit.scope, limit.per_window, int(waited))
+        return None

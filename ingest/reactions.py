@@ -7,6 +7,7 @@ from redis.asyncio import Redis
 
 from counting import keys, rules, values
 from counting.event import Event
+from ingest.scripts import ScriptCalls
 
 # KEYS[1]: the video's user-reactions hash. ARGV: user, ts, event_id, value (`values.encode_acknowledged`).
 # The stored value is replaced only by a later (ts, event_id); the script reads the ts and event_id
@@ -29,26 +30,27 @@ return 1
 
 
 class ReactionState:
-    """Applies acknowledged reactions to the per-video user-reaction hashes."""
+    """Applies acknowledged reactions to the per-video user-reaction hashes; the reactions of the
+    requests acknowledged together (one produce answer) go out in one round trip. Applying one
+    twice changes nothing (the latest reaction wins either way)."""
 
     def __init__(self, redis: Redis) -> None:
-        self._redis = redis
-        self._script = redis.register_script(_APPLY)
+        self._script = ScriptCalls(redis, _APPLY)
 
     async def apply(self, events: list[Event]) -> None:
-        reactions = [
-            (e, e.user_id) for e in events if e.type in rules.REACTION_STATE and e.user_id is not None
+        calls = [
+            (
+                keys.user_reactions(e.video_id),
+                (e.user_id, e.ts, e.event_id, values.encode_acknowledged(_reaction(e))),
+            )
+            for e in events
+            if e.type in rules.REACTION_STATE and e.user_id is not None
         ]
-        if not reactions:
+        if not calls:
             return
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for e, user_id in reactions:
-                await self._script(
-                    keys=[keys.user_reactions(e.video_id)],
-                    args=[user_id, e.ts, e.event_id, values.encode_acknowledged(_reaction(e))],
-                    client=pipe,
-                )
-            await pipe.execute()
+        for answer in await self._script.run(calls):
+            if isinstance(answer, Exception):
+                raise answer
 
 
 def _reaction(event: Event) -> values.Reaction:

@@ -23,17 +23,25 @@ class WriteAnswer(BaseModel):
 
     accepted: int = Field(description="events written and acknowledged by the broker")
     ingest_ts: int | None = Field(default=None, description="the server's ingestion time of this request")
+    event_id: str | None = Field(
+        default=None,
+        description="single-event routes: the event's id, the server's when the body had none; send it "
+        "again to retry without counting twice",
+    )
+    ts: int | None = Field(
+        default=None, description="single-event routes: the event's time, the server's when the body had none"
+    )
     errors: list[FieldError] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
 
 
-def _event_schema(leave_out: set[str]) -> dict[str, Any]:
+def _event_schema(leave_out: set[str], optional: frozenset[str] = frozenset()) -> dict[str, Any]:
     schema = msgspec.json.schema(Event)["$defs"]["Event"]
     properties = {k: v for k, v in schema["properties"].items() if k not in leave_out}
     return {
         "type": "object",
         "properties": properties,
-        "required": [f for f in schema.get("required", []) if f not in leave_out],
+        "required": [f for f in schema.get("required", []) if f not in leave_out | optional],
         "additionalProperties": False,
     }
 
@@ -49,9 +57,20 @@ def batch_body() -> dict[str, Any]:
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
 
 
+SINGLE_DESCRIPTION = (
+    "Write one event for the signed-in user. `type` and `video_id` come from the route, `user_id` from "
+    "the token, `ip` and `user_agent` from the connection (X-Forwarded-For counts only from a trusted "
+    "proxy): the body must leave them out. `event_id` and `ts` are optional: when absent the server "
+    "supplies a fresh id and its own clock, and the answer returns both; a client that retries sends "
+    "the answer's (or its own) `event_id` again, and the event counts once."
+)
+
+
 def single_body() -> dict[str, Any]:
-    schema = _event_schema({"ingest_ts", "type", "video_id", "user_id"})
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+    schema = _event_schema(
+        {"ingest_ts", "type", "video_id", "user_id", "ip", "user_agent"}, frozenset({"event_id", "ts"})
+    )
+    return {"requestBody": {"required": False, "content": {"application/json": {"schema": schema}}}}
 
 
 ANSWERS: dict[int | str, dict[str, Any]] = {

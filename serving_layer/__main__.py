@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import uvicorn
 
-from counting.settings import Settings
+from counting.errors import InvalidSetting
+from counting.settings import Settings, check_secrets
 from serving_layer.app import create_app
 
 
 def main() -> None:
     settings = Settings()
+    try:
+        check_secrets(settings, ("admin_key",))
+    except InvalidSetting as exc:
+        raise SystemExit(f"the serving API refuses to start: {exc}") from None
     uvicorn.run(
         create_app(settings),
         host=settings.serving_host,

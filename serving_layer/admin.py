@@ -12,8 +12,8 @@ from counting.logschema import EVENT_COLUMNS
 
 
 def is_admin(given: str | None, expected: str) -> bool:
-    """Constant-time comparison of the presented admin key."""
-    return given is not None and hmac.compare_digest(given.encode(), expected.encode())
+    """Constant-time comparison of the presented admin key; an empty key admits no one."""
+    return bool(expected) and given is not None and hmac.compare_digest(given.encode(), expected.encode())
 
 
 def raw_events(raw_dir: Path, video_id: str, limit: int) -> dict[str, Any]:

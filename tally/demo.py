@@ -12,6 +12,7 @@ from rich.table import Table
 from counting import oracle
 from counting.event import Event
 from counting.settings import Settings
+from tally.secrets import with_local_secrets
 from tally.speedview import counter_caught_up, speed_totals, wait_until, watermark
 from tally.stack import Stack, start_stack
 from tally.traffic_run import generate_items, post_with_progress
@@ -26,6 +27,7 @@ def _edge_between(events: list[Event], bucket_ms: int) -> int:
 
 
 def run_demo(settings: Settings, seconds: int, rate: float, keep_running: bool, console: Console) -> None:
+    settings = with_local_secrets(settings)  # the keys the stack's APIs are started with
     console.rule("[bold]Tally demo")
     console.print(f"data directory {settings.data_dir}, bucket {settings.bucket_ms} ms")
     stack: Stack = start_stack(settings, reset=True)

@@ -46,6 +46,9 @@ def fuzz_settings(tmp_path_factory: pytest.TempPathFactory, broker: str, redis_u
         bucket_ms=2_000,
         rate_limit_ip_per_min=100_000,
         rate_limit_user_per_min=100_000,
+        admin_key="fuzz-admin-key-0123456789",
+        collector_key="fuzz-collector-key-0123456789",
+        user_token_secret="fuzz-token-secret-0123456789",
     )
     ensure_topics(configured)
     return configured
