@@ -57,6 +57,7 @@ def _faust_app(
         broker=f"kafka://{settings.kafka_bootstrap}",
         store="memory://",
         web_enabled=False,
+        web_bind=settings.faust_web_host,  # loopback by default, should Faust's web server be enabled
         autodiscover=False,
         datadir=str(datadir),
         topic_partitions=settings.topic_partitions,

@@ -1,5 +1,5 @@
 """Prometheus metrics of the speed-layer workers, served by each worker at /metrics on its own port
-(the counter on `faust_web_port`, the archiver on the port after it)."""
+(the counter on `faust_web_port`, the archiver on the port after it), on loopback unless told otherwise."""
 
 from __future__ import annotations
 
@@ -39,12 +39,13 @@ LAG = Gauge(
 WATERMARK = Gauge("tally_archiver_watermark_ms", "The archiver watermark (ingestion time, ms)")
 
 
-def serve(port: int, worker: str) -> bool:
-    """Serve /metrics on `port` (all interfaces) from a thread; False (logged) when the port is taken."""
+def serve(port: int, worker: str, host: str = "127.0.0.1") -> bool:
+    """Serve /metrics on `host:port` (loopback by default; `faust_web_host`) from a thread; False
+    (logged) when the port is taken."""
     try:
-        start_http_server(port)
+        start_http_server(port, addr=host)
     except OSError as exc:
-        logs.warning("metrics_unavailable", worker=worker, port=port, error=exc)
+        logs.warning("metrics_unavailable", worker=worker, host=host, port=port, error=exc)
         return False
-    logs.info("metrics_serving", worker=worker, port=port, path="/metrics")
+    logs.info("metrics_serving", worker=worker, host=host, port=port, path="/metrics")
     return True

@@ -39,7 +39,7 @@ def run_worker(
     crash = CrashSwitch()
     app = WORKERS[name](settings, group, crash, session_timeout)
     tune_gc()
-    metrics.serve(settings.faust_web_port + METRICS_PORT_OFFSET[name], name)
+    metrics.serve(settings.faust_web_port + METRICS_PORT_OFFSET[name], name, host=settings.faust_web_host)
     worker = faust.Worker(app, loglevel=loglevel, quiet=True)
     logs.info("worker_starting", worker=name, app=app.conf.id, broker=settings.kafka_bootstrap)
     try:

@@ -6,13 +6,16 @@ import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
 
 from counting.errors import TallyError
 from counting.settings import Settings
+
+if TYPE_CHECKING:
+    from tally.operations import Change
 
 app = typer.Typer(help="Tally: exact view and like counters at scale.", no_args_is_help=True)
 batch_app = typer.Typer(help="Batch layer runs.", no_args_is_help=True)
@@ -45,13 +48,49 @@ def _clear_errors(command: Callable[P, R]) -> Callable[P, R]:
 
 
 def _settings(data_dir: Path | None = None, **overrides: object) -> Settings:
+    """The settings of the environment and the options; the secrets left unset are the local
+    stack's, from `<data dir>/run/secrets.json` (created on first use)."""
+    from tally.secrets import with_local_secrets
+
     updates = {k: v for k, v in overrides.items() if v is not None}
     if data_dir is not None:
         updates["data_dir"] = data_dir
-    return Settings(**updates)  # type: ignore[arg-type]
+    return with_local_secrets(Settings(**updates))  # type: ignore[arg-type]
 
 
 DataDir = Annotated[Path | None, typer.Option(help="data directory (default: TALLY_DATA_DIR or ./data)")]
+
+
+Worker = Annotated[
+    str,
+    typer.Argument(
+        help="counter, archiver, ingest, serving or broker (or redis, if the stack started it)",
+        show_default=False,
+    ),
+]
+ResetBroker = Annotated[
+    bool,
+    typer.Option(
+        help="broker only: wipe the earlier run's log, baselines and speed state (a new local broker "
+        "starts with an empty log)"
+    ),
+]
+
+
+def _say(text: str) -> None:
+    console.print(text, soft_wrap=True, markup=False, highlight=False)
+
+
+def _report(change: Change) -> None:
+    """One line per process a command stopped, kept or started, then its notes."""
+    for process in change.stopped:
+        _say(f"  {process.name:<9} pid {process.pid:<7} stopped")
+    for process in change.kept:
+        _say(f"  {process.name:<9} pid {process.pid:<7} already running")
+    for process in change.started:
+        _say(f"  {process.name:<9} pid {process.pid:<7} started, log {process.log}")
+    for note in change.notes:
+        _say(f"note: {note}")
 
 
 @app.command()
@@ -59,42 +98,95 @@ DataDir = Annotated[Path | None, typer.Option(help="data directory (default: TAL
 def up(
     data_dir: DataDir = None,
     reset: Annotated[bool, typer.Option(help="start with an empty log and speed state")] = False,
+    ingest_workers: Annotated[
+        int | None,
+        typer.Option(min=1, help="ingest API processes sharing its port (TALLY_INGEST_WORKERS, default 1)"),
+    ] = None,
 ) -> None:
-    """Start the local stack: broker, Redis, the Faust workers and both APIs."""
-    from tally.stack import start_stack
+    """Start the local stack, or what of it is not running.
+
+    Broker, Redis, the Faust workers and both APIs; what already runs is kept, with the settings
+    it was started with."""
+    from tally.operations import bring_up, command_line
+
+    settings = _settings(data_dir, ingest_workers=ingest_workers)
+    change = bring_up(settings, reset=reset)
+    _report(change)
+    if not change.started:
+        _say("nothing to start: the whole stack runs")
+    running = change.stack.settings
+    _say(f"ingest API  http://{running.ingest_host}:{running.ingest_port}/docs")
+    _say(f"serving API http://{running.serving_host}:{running.serving_port}/docs")
+    _say(f"stop it with: {command_line(settings, 'down')}")
+
+
+@app.command()
+@_clear_errors
+def down(data_dir: DataDir = None) -> None:
+    """Stop every process the stack recorded, even after a partial start, and remove its record."""
+    from tally.operations import bring_down
 
     settings = _settings(data_dir)
-    stack = start_stack(settings, reset=reset)
-    for process in stack.processes:
-        console.print(f"  {process.name:<9} pid {process.pid:<7} log {process.log}")
-    console.print(f"ingest API  http://{settings.ingest_host}:{settings.ingest_port}/docs")
-    console.print(f"serving API http://{settings.serving_host}:{settings.serving_port}/docs")
-    console.print("stop it with: tally down")
+    stopped, exited = bring_down(settings)
+    if not stopped and not exited:
+        _say(f"nothing to stop: no stack is recorded under {settings.data_dir}")
+    if stopped:
+        _say(f"stopped {', '.join(p.name for p in stopped)}")
+    if exited:
+        _say(f"already exited: {', '.join(p.name for p in exited)}")
 
 
 @app.command()
-def down(data_dir: DataDir = None) -> None:
-    """Stop what `tally up` started."""
-    from tally.stack import load_stack
-
-    stack = load_stack(_settings(data_dir))
-    if not stack.processes:
-        console.print("nothing to stop: no stack is recorded under this data directory")
-        return
-    names = ", ".join(p.name for p in stack.processes)
-    stack.stop()
-    console.print(f"stopped {names}")
-
-
-@app.command()
+@_clear_errors
 def status(data_dir: DataDir = None) -> None:
     """List the processes of the local stack and whether they run."""
-    from tally.stack import load_stack
+    from tally.operations import command_line, stack_status
 
-    stack = load_stack(_settings(data_dir))
-    for process in stack.processes:
-        state = "running" if process.alive() else "stopped"
-        console.print(f"{process.name:<9} pid {process.pid:<7} {state}")
+    settings = _settings(data_dir)
+    rows = stack_status(settings)
+    if rows is None:
+        _say(f"no stack recorded under {settings.data_dir}; start one with '{command_line(settings, 'up')}'")
+        return
+    for name, process, state in rows:
+        pid = f"pid {process.pid:<7}" if process is not None else " " * 11
+        _say(f"{name:<9} {pid} {state}")
+
+
+@app.command()
+@_clear_errors
+def start(worker: Worker, data_dir: DataDir = None, reset: ResetBroker = False) -> None:
+    """Start one process of the local stack (a no-op if it runs).
+
+    It runs with the settings the stack was started with; the command waits until it listens on
+    its port. The local broker keeps nothing across restarts (memory storage): a new one starts
+    with an empty log, its topics are created again and the running workers restart on it;
+    --reset is needed when an earlier run left state behind."""
+    from tally.operations import start_one
+
+    _report(start_one(_settings(data_dir), worker, reset))
+
+
+@app.command()
+@_clear_errors
+def stop(worker: Worker, data_dir: DataDir = None) -> None:
+    """Stop one process of the local stack; the others keep running.
+
+    The local broker keeps nothing across restarts (memory storage): stopping it loses its log."""
+    from tally.operations import stop_one
+
+    _report(stop_one(_settings(data_dir), worker))
+
+
+@app.command()
+@_clear_errors
+def restart(worker: Worker, data_dir: DataDir = None, reset: ResetBroker = False) -> None:
+    """Stop one process of the local stack and start it again.
+
+    The command waits until it listens on its port (see 'tally start'). The local broker keeps
+    nothing across restarts (memory storage): a restarted one starts with an empty log."""
+    from tally.operations import restart_one
+
+    _report(restart_one(_settings(data_dir), worker, reset))
 
 
 @app.command()
@@ -107,8 +199,12 @@ def loadgen(
     bots: Annotated[bool, typer.Option(help="add labelled bot traffic")] = True,
     out: Annotated[Path | None, typer.Option(help="write JSONL here (and a ground truth beside it)")] = None,
     post: Annotated[str | None, typer.Option(help="post to this ingest API base URL")] = None,
+    data_dir: DataDir = None,
 ) -> None:
-    """Generate realistic traffic (humans and labelled bots) to a file or the ingest API."""
+    """Generate realistic traffic (humans and labelled bots) to a file or the ingest API.
+
+    Posts carry the collector key of TALLY_COLLECTOR_KEY, else of the local stack under the data
+    directory."""
     from tally.traffic_run import generate_items, post_with_progress, write_jsonl
 
     items = generate_items(events=events, rate=rate, seed=seed, videos=videos, bots=bots)
@@ -118,7 +214,7 @@ def loadgen(
         truth = write_jsonl(items, out)
         console.print(f"wrote {len(items)} events to {out} and the ground truth to {truth}")
     if post is not None:
-        sent = post_with_progress(items, post, _settings().collector_key, console)
+        sent = post_with_progress(items, post, _settings(data_dir).collector_key, console)
         console.print(f"acknowledged {len(sent.events)} events, refused {len(sent.refused)}")
 
 
@@ -129,15 +225,63 @@ def batch_run(
         str, typer.Option(help="cutoff in ms on a bucket edge, or 'auto' (last closed)")
     ] = "auto",
     data_dir: DataDir = None,
+    payouts: Annotated[
+        bool, typer.Option("--payouts", help="write the run's payouts to the ledger once it is published")
+    ] = False,
+    allow_decrease: Annotated[
+        str | None,
+        typer.Option(
+            "--allow-decrease",
+            metavar="REASON",
+            help="after a data repair: publish even if views fall below the served baseline's; "
+            "the reason is recorded with the run",
+        ),
+    ] = None,
+    skip_validation: Annotated[
+        bool,
+        typer.Option(
+            "--skip-validation", help="publish WITHOUT the data-quality gates (recorded with the run)"
+        ),
+    ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="publish a cutoff older than the served baseline's, or one that reads no event"
+        ),
+    ] = False,
 ) -> None:
-    """Recompute exact counts from the Parquet log up to a closed cutoff and publish the baseline."""
-    from batch_layer import run_batch
+    """Validate the raw files the run reads, recompute exact counts up to a closed cutoff, validate
+    the outputs and publish the baseline; with --payouts, write the run's payouts too."""
+    from dataclasses import asdict
+
+    from rich.markup import escape
+
+    from tally import pipeline
     from tally.traffic_run import closed_cutoff
+
+    if allow_decrease is not None and not allow_decrease.strip():
+        raise typer.BadParameter("say why in words (got an empty reason)", param_hint="--allow-decrease")
+    errors = Console(stderr=True)
+
+    def loud(text: str) -> None:
+        errors.print(f"[bold red]WARNING:[/bold red] {escape(text)}", soft_wrap=True)
 
     settings = _settings(data_dir)
     cutoff_ms = closed_cutoff(settings) if cutoff == "auto" else _parse_cutoff(cutoff)
-    result = run_batch(settings, cutoff_ms)
-    console.print_json(json.dumps(result.__dict__, default=str))
+    done = pipeline.batch_run(
+        settings,
+        cutoff_ms,
+        payouts=payouts,
+        skip_validation=skip_validation,
+        allow_decrease_reason=allow_decrease,
+        force=force,
+        warn=loud,
+    )
+    for summary in (done.raw_validation, done.output_validation):
+        if summary is not None:
+            errors.print(summary, markup=False, highlight=False, soft_wrap=True)
+    answer = {**asdict(done.result), "published": done.published, "payouts_written": done.payouts_written}
+    console.print_json(json.dumps(answer, default=str))
 
 
 @catalog_app.command("load")
@@ -166,6 +310,13 @@ def audit_payout_command(
     creator: Annotated[str, typer.Option(help="creator id")],
     date: Annotated[str, typer.Option(help="UTC day, YYYY-MM-DD")],
     data_dir: DataDir = None,
+    run_id: Annotated[
+        str | None,
+        typer.Option(help="audit this run's row (default: the current one, of the latest published run)"),
+    ] = None,
+    files: Annotated[
+        bool, typer.Option("--files", help="list every input file of the row with its sha256")
+    ] = False,
 ) -> None:
     """Re-derive a creator's payout for a day from the raw log and say whether the ledger holds."""
     import datetime as dt
@@ -179,9 +330,28 @@ def audit_payout_command(
         raise typer.BadParameter(f"must be a day as YYYY-MM-DD (got {date!r})", param_hint="--date") from None
     settings = _settings(data_dir)
     migrate(settings.store_url)
-    report = audit_payout(settings, creator, day)
-    console.print(report.render(), soft_wrap=True)
+    report = audit_payout(settings, creator, day, run_id=run_id)
+    console.print(report.render(files=files), soft_wrap=True, markup=False, highlight=False)
     raise typer.Exit(0 if report.matches else 1)
+
+
+payouts_app = typer.Typer(help="The creator payout ledger.", no_args_is_help=True)
+app.add_typer(payouts_app, name="payouts")
+
+
+@payouts_app.command("write")
+@_clear_errors
+def payouts_write(
+    run_id: Annotated[
+        str | None, typer.Option(help="the run (default: the one whose baseline is served)")
+    ] = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Write a published run's payouts (computed with the run) to the ledger, replacing its rows."""
+    from tally import pipeline
+
+    run, rows = pipeline.write_run_payouts(_settings(data_dir), run_id)
+    console.print(f"wrote {rows} payout rows of run {run} to the ledger")
 
 
 @speed_app.command("rebuild")
@@ -212,6 +382,24 @@ def speed_rebuild(data_dir: DataDir = None) -> None:
         )
 
     asyncio.run(run())
+
+
+@speed_app.command("migrate")
+@_clear_errors
+def speed_migrate(data_dir: DataDir = None) -> None:
+    """Rewrite the speed state an earlier Tally left in Redis into today's layouts. Stop the counter
+    first (it refuses values of an earlier layout, naming this command); idempotent."""
+    import redis
+
+    from speed_layer.migrate import migrate
+
+    settings = _settings(data_dir)
+    client = redis.Redis.from_url(settings.redis_url)
+    try:
+        report = migrate(client)
+    finally:
+        client.close()
+    console.print(f"{report.render()}: start the counter again")
 
 
 @warehouse_app.command("build")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -56,12 +57,60 @@ def wait_for_port(port: int, timeout: float, name: str, log: Path | None = None)
     raise StackError(f"{name} did not listen on 127.0.0.1:{port} within {timeout:.0f} s{hint}")
 
 
+def process_started_at(pid: int) -> int | None:
+    """When the process `pid` started (clock ticks after boot, from /proc), so that a recorded pid
+    reused by another process is told apart; None when it is gone or has exited (a zombie), or when
+    /proc is missing."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Fields after the command name (which may hold spaces): state is the 3rd, starttime the 22nd.
+    fields = stat[stat.rfind(")") + 2 :].split()
+    if len(fields) < 20 or fields[0] == "X" or (fields[0] == "Z" and not _threads_left(pid)):
+        return None
+    return int(fields[19])
+
+
+def _threads_left(pid: int) -> bool:
+    """Whether threads of `pid` other than its first still run: a process whose main thread has
+    ended shows as a zombie while the others end, and keeps its sockets open until the last one."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
+    except OSError:
+        return False
+
+
+def is_alive(pid: int, started_at: int | None) -> bool:
+    """Whether the process `pid` still runs and is the one that started at `started_at` (if known)."""
+    try:
+        reaped, _ = os.waitpid(pid, os.WNOHANG)  # a child of this process that exited: reap it
+    except ChildProcessError:
+        reaped = 0
+    if reaped == pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):  # gone, or the pid now belongs to another user
+        return False
+    return started_at is None or process_started_at(pid) == started_at
+
+
 def is_listening(port: int, host: str = "127.0.0.1") -> bool:
     try:
         with socket.create_connection((host, port), timeout=0.5):
             return True
     except OSError:
         return False
+
+
+def _wait_or_stop(process: subprocess.Popen[bytes], port: int, timeout: float, name: str, log: Path) -> None:
+    """Wait until a service just started listens; stop it if it does not, so that none is left behind."""
+    try:
+        wait_for_port(port, timeout, name, log)
+    except BaseException:
+        stop_process(process)
+        raise
 
 
 def broker_binary() -> str:
@@ -95,7 +144,7 @@ def start_broker(port: int, log_dir: Path) -> Service:
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    wait_for_port(port, 20, "the Tansu broker", log)
+    _wait_or_stop(process, port, 20, "the Tansu broker", log)
     return Service("broker", process, port, log)
 
 
@@ -136,5 +185,5 @@ def start_redis(port: int, log_dir: Path) -> Service:
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    wait_for_port(port, 10, "redis-server", log)
+    _wait_or_stop(process, port, 10, "redis-server", log)
     return Service("redis", process, port, log)

@@ -1,27 +1,24 @@
-"""The local stack: broker, Redis, the Faust workers and both APIs as child processes."""
+"""The local stack: broker, Redis, the Faust workers and both APIs as child processes, recorded under
+the run directory so that `tally up`, `down`, `start`, `stop` and `restart` act on the same processes."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from urllib.parse import urlparse
 
-import redis
-
-from counting import keys
 from counting.settings import Settings
 from counting.settings import settings_env as tally_variables
 from tally.errors import StackError
-from tally.services import is_listening, start_broker, start_redis, wait_for_port
-from tally.topics import ensure_topics
+from tally.services import (
+    is_alive,
+    process_started_at,
+)
 
 STATE_FILE = "stack.json"
 WORKERS: dict[str, list[str]] = {
@@ -30,49 +27,97 @@ WORKERS: dict[str, list[str]] = {
     "ingest": ["-m", "ingest"],
     "serving": ["-m", "serving_layer"],
 }
+# What each worker listens on once it runs (the counter and the archiver: their /metrics).
+LISTENS = {
+    "counter": "the counter's metrics",
+    "archiver": "the archiver's metrics",
+    "ingest": "the ingest API",
+    "serving": "the serving API",
+}
+SERVICES = ("broker", "redis")
+LOCAL_HOSTS = ("127.0.0.1", "localhost")
+# Stopping goes from the APIs and workers to the services they use, a tier at a time.
+STOP_TIERS = (("ingest", "serving"), ("counter", "archiver"), ("redis", "broker"))
+# Settings the record leaves out: the data directory (where the record lies) and the credentials,
+# which come from the environment or the stack's secrets file.
+NOT_RECORDED = frozenset({"data_dir", "admin_key", "collector_key", "user_token_secret", "database_url"})
+BROKER_FORGETS = "the local Tansu broker keeps nothing across restarts (memory storage)"
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
-    """This process's environment with the TALLY_* variables that give a child the same settings."""
-    return {**os.environ, **tally_variables(settings)}
+    """This process's environment with the TALLY_* variables that give a child the same settings;
+    the secrets they leave empty come from the local stack's secrets file (created on first use)."""
+    from tally.secrets import with_local_secrets
+
+    return {**os.environ, **tally_variables(with_local_secrets(settings))}
 
 
 @dataclass
 class Process:
+    """A process of the stack: its name, pid and log, and when it started (a reused pid is not it)."""
+
     name: str
     pid: int
     log: str
     popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    started_at: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.started_at is None and self.popen is not None:
+            self.started_at = process_started_at(self.pid)
 
     def alive(self) -> bool:
         if self.popen is not None:
             return self.popen.poll() is None
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
+        return is_alive(self.pid, self.started_at)
 
     def signal(self, sig: int) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.pid, sig)
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, sig)
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM, then SIGKILL after `timeout` seconds; return once the process is gone."""
+        stop_together([self], timeout)
+
+
+def stop_together(processes: list[Process], timeout: float = 15.0) -> None:
+    """SIGTERM to each, then SIGKILL to those still running after `timeout` seconds; return once
+    all are gone."""
+    for process in processes:
+        process.signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while any(p.alive() for p in processes) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for process in processes:
+        process.signal(signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    while any(p.alive() for p in processes) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for process in processes:
+        if process.popen is not None:
+            process.popen.wait()
 
 
 @dataclass
 class Stack:
-    """The processes `tally up` started, recorded under the run directory."""
+    """The processes the stack started, recorded with the settings they run with under the run
+    directory; the record is saved as each process starts or stops, so that it never misses one."""
 
     settings: Settings
     processes: list[Process] = field(default_factory=list)
 
+    def find(self, name: str) -> Process | None:
+        return next((p for p in self.processes if p.name == name), None)
+
     def get(self, name: str) -> Process:
-        for process in self.processes:
-            if process.name == name:
-                return process
-        raise StackError(f"no process named {name!r} in the stack")
+        process = self.find(name)
+        if process is None:
+            raise StackError(f"no process named {name!r} in the stack")
+        return process
 
     def start_worker(self, name: str) -> Process:
-        """Start (or restart) one of the platform's own processes."""
+        """Start (or restart) one of the platform's own processes, without waiting for it."""
         log_dir = self.settings.run_dir / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
         log = log_dir / f"{name}.log"
@@ -85,116 +130,87 @@ class Stack:
             start_new_session=True,
         )
         process = Process(name, popen.pid, str(log), popen)
-        self.processes = [p for p in self.processes if p.name != name] + [process]
-        self.save()
+        self.add(process)
         return process
 
+    def add(self, process: Process) -> None:
+        """Record a process that was just started, in place of any other of its name."""
+        self.processes = [p for p in self.processes if p.name != process.name] + [process]
+        self.save()
+
+    def forget(self, name: str) -> None:
+        self.processes = [p for p in self.processes if p.name != name]
+        self.save()
+
     def save(self) -> None:
+        """Write the record aside and move it in place; remove it when no process is left."""
+        path = self.settings.run_dir / STATE_FILE
+        if not self.processes:
+            path.unlink(missing_ok=True)
+            return
         self.settings.run_dir.mkdir(parents=True, exist_ok=True)
-        state = [{"name": p.name, "pid": p.pid, "log": p.log} for p in self.processes]
-        (self.settings.run_dir / STATE_FILE).write_text(json.dumps(state, indent=2))
+        state = {
+            "settings": self.settings.model_dump(mode="json", exclude=set(NOT_RECORDED)),
+            "processes": [
+                {"name": p.name, "pid": p.pid, "log": p.log, "started_at": p.started_at}
+                for p in self.processes
+            ],
+        }
+        aside = path.with_name(f".{STATE_FILE}.{os.getpid()}")
+        aside.write_text(json.dumps(state, indent=2))
+        os.replace(aside, path)
+
+    def stop_processes(self, processes: list[Process], timeout: float = 15.0) -> None:
+        """Stop some processes, by tiers (the APIs, then the workers, then the services), and
+        forget them, keeping the record of the others."""
+        for tier in (*STOP_TIERS, None):
+            group = [p for p in processes if _tier(p) == tier]
+            if group:
+                stop_together(group, timeout)
+                self.processes = [p for p in self.processes if all(p is not g for g in group)]
+                self.save()
 
     def stop(self, timeout: float = 15.0) -> None:
-        """Stop every process, the APIs and workers first, the services last."""
-        order = ["ingest", "serving", "counter", "archiver", "redis", "broker"]
-        for name in order:
-            for process in [p for p in self.processes if p.name == name]:
-                process.signal(signal.SIGTERM)
-                deadline = time.monotonic() + timeout
-                while process.alive() and time.monotonic() < deadline:
-                    time.sleep(0.1)
-                if process.alive():
-                    process.signal(signal.SIGKILL)
-                if process.popen is not None:
-                    process.popen.wait()
-        state = self.settings.run_dir / STATE_FILE
-        state.unlink(missing_ok=True)
+        """Stop every process, the APIs and workers first, the services last; remove the record."""
+        self.stop_processes(list(self.processes), timeout)
         self.processes = []
+        self.save()
 
 
-def _local_port(url_or_hostport: str, default: int) -> tuple[str, int]:
-    parsed = urlparse(url_or_hostport if "//" in url_or_hostport else f"//{url_or_hostport}")
-    return parsed.hostname or "127.0.0.1", parsed.port or default
-
-
-def _start_service_if_needed(stack: Stack, name: str, address: str, default_port: int) -> bool:
-    """Start the broker or Redis on loopback unless one answers there; True if it was started."""
-    host, port = _local_port(address, default_port)
-    if is_listening(port, host):
-        return False
-    if host not in ("127.0.0.1", "localhost"):
-        raise StackError(
-            f"{name} is not reachable at {address} and is not local, so 'tally up' cannot start it"
-        )
-    log_dir = stack.settings.run_dir / "logs"
-    service = start_broker(port, log_dir) if name == "broker" else start_redis(port, log_dir)
-    stack.processes.append(Process(name, service.process.pid, str(service.log), service.process))
-    stack.save()
-    return True
-
-
-def _has_old_state(settings: Settings) -> bool:
-    if settings.raw_dir.exists() and any(settings.raw_dir.rglob("*.parquet")):
-        return True
-    client = redis.Redis.from_url(settings.redis_url)
-    try:
-        return any(True for _ in client.scan_iter(match=f"{keys.PREFIX}:*", count=1000))
-    finally:
-        client.close()
-
-
-def reset_state(settings: Settings) -> None:
-    """Forget the log, baselines and speed state: for a fresh local broker, whose log starts empty."""
-    for folder in (settings.raw_dir, settings.baselines_dir, settings.data_dir / "batch"):
-        shutil.rmtree(folder, ignore_errors=True)
-    client = redis.Redis.from_url(settings.redis_url)
-    try:
-        batch = []
-        for key in client.scan_iter(match=f"{keys.PREFIX}:*", count=1000):
-            batch.append(key)
-            if len(batch) >= 1000:
-                client.delete(*batch)
-                batch.clear()
-        if batch:
-            client.delete(*batch)
-    finally:
-        client.close()
+def _tier(process: Process) -> tuple[str, ...] | None:
+    return next((tier for tier in STOP_TIERS if process.name in tier), None)
 
 
 def start_stack(settings: Settings, reset: bool = False) -> Stack:
-    """Start what is not already running: broker, Redis, topics, both Faust workers, both APIs.
+    """Start what is not running of the local stack (`tally.operations.bring_up`) and return it."""
+    from tally.operations import bring_up
 
-    The local broker keeps nothing across restarts, so a freshly started one means an empty log:
-    the speed state and Parquet log of an earlier run would point into a log that is gone. Then
-    `reset` wipes them; without it, starting over old state is refused.
-    """
-    stack = Stack(settings)
-    try:
-        fresh_broker = _start_service_if_needed(stack, "broker", settings.kafka_bootstrap, 9092)
-        _start_service_if_needed(stack, "redis", settings.redis_url, 6379)
-        if reset:
-            reset_state(settings)
-        elif fresh_broker and _has_old_state(settings):
-            raise StackError(
-                f"a new local broker starts with an empty log, but {settings.data_dir} or Redis at "
-                f"{settings.redis_url} still hold the state of an earlier run: rerun with "
-                "'tally up --reset' to start empty"
-            )
-        ensure_topics(settings)
-        for name in ("counter", "archiver", "ingest", "serving"):
-            stack.start_worker(name)
-        wait_for_port(settings.ingest_port, 30, "the ingest API", Path(stack.get("ingest").log))
-        wait_for_port(settings.serving_port, 30, "the serving API", Path(stack.get("serving").log))
-    except BaseException:
-        stack.stop()
-        raise
-    return stack
+    return bring_up(settings, reset).stack
 
 
 def load_stack(settings: Settings) -> Stack:
-    """The stack recorded by an earlier `tally up` (possibly empty)."""
-    state = settings.run_dir / STATE_FILE
-    if not state.exists():
+    """The stack recorded under the data directory (possibly empty) with the settings it was started
+    with; the credentials, which the record leaves out, are the given settings'."""
+    path = settings.run_dir / STATE_FILE
+    try:
+        state = json.loads(path.read_text())
+    except FileNotFoundError:
         return Stack(settings)
-    entries = json.loads(state.read_text())
-    return Stack(settings, [Process(e["name"], e["pid"], e["log"]) for e in entries])
+    except ValueError as exc:
+        raise StackError(
+            f"the stack record {path} is not valid JSON ({exc}): check that none of its processes "
+            "runs, then delete it"
+        ) from None
+    if isinstance(state, list):  # a record written before it kept the settings
+        state = {"settings": {}, "processes": state}
+    recorded = {
+        name: value
+        for name, value in state.get("settings", {}).items()
+        if name in Settings.model_fields and name not in NOT_RECORDED
+    }
+    merged = Settings.model_validate({**settings.model_dump(), **recorded})
+    processes = [
+        Process(entry["name"], entry["pid"], entry["log"], started_at=entry.get("started_at"))
+        for entry in state["processes"]
+    ]
+    return Stack(merged, processes)

@@ -42,7 +42,8 @@ def write_jsonl(items: list[Generated], out: Path) -> Path:
 
 
 def post_with_progress(items: list[Generated], ingest_url: str, collector_key: str, console: Console) -> Sent:
-    """Post the items at their pace with a progress bar."""
+    """Post the items at their pace, with a progress bar on a terminal that goes away at the end
+    (so that a refusal, raised as IngestRefused, is the last line)."""
     columns: list[Any] = [
         TextColumn("[bold]sending"),
         BarColumn(),
@@ -50,7 +51,7 @@ def post_with_progress(items: list[Generated], ingest_url: str, collector_key: s
         TextColumn("events"),
         TimeRemainingColumn(),
     ]
-    with Progress(*columns, console=console) as progress:
+    with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as progress:
         task = progress.add_task("send", total=len(items))
         return post_traffic(items, ingest_url, collector_key, on_progress=lambda n: progress.advance(task, n))
 

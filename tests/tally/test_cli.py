@@ -90,12 +90,16 @@ def test_audit_refuses_a_bad_date(tmp_path: Path) -> None:
     assert "11/01/2026" in result.output
 
 
-def test_token_is_accepted_by_the_verifier() -> None:
+def test_token_is_accepted_by_the_verifier(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from ingest.auth import verify_token
+    from tally.secrets import with_local_secrets
 
+    monkeypatch.setenv("TALLY_DATA_DIR", str(tmp_path))
+    monkeypatch.delenv("TALLY_USER_TOKEN_SECRET", raising=False)
     result = runner.invoke(app, ["token", "--user", "alice", "--ttl", "60"])
     assert result.exit_code == 0, result.output
-    assert verify_token(Settings().user_token_secret, f"Bearer {result.output.strip()}") == "alice"
+    secret = with_local_secrets(Settings()).user_token_secret  # the local stack's generated one
+    assert verify_token(secret, f"Bearer {result.output.strip()}") == "alice"
 
 
 def test_warehouse_build_on_an_empty_data_dir_writes_a_duckdb_file(tmp_path: Path) -> None:
