@@ -46,10 +46,13 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
 
 @pytest.fixture
 def settings(tmp_path: Path, redis_url: str) -> Settings:
-    """Settings on a fresh data directory, small buckets, a topic of the test's own."""
+    """Settings on a fresh data directory, small buckets, a topic of the test's own, explicit secrets."""
     topic = f"events-{uuid.uuid4().hex[:8]}"
     return Settings(
         data_dir=tmp_path / "data",
+        admin_key="test-admin-key-0123456789",
+        collector_key="test-collector-key-0123456789",
+        user_token_secret="test-user-token-secret-0123456789",
         bucket_ms=2_000,
         redis_url=redis_url,
         events_topic=topic,
@@ -80,3 +83,19 @@ def stack(stack_settings: Settings, redis_client: redis.Redis) -> Iterator[Stack
     running = start_stack(stack_settings, reset=True)
     yield running
     running.stop()
+
+
+# Appended with the fixture it types (the imports above are edited by others).
+from pyspark.sql import SparkSession  # noqa: E402
+
+from batch_layer.session import build_session  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    """One local[2] SparkSession for every test of the session that runs Spark (4 shuffle
+    partitions, UTC): the batch-layer tests and the batches of `tests.writers`."""
+    settings = Settings(data_dir=tmp_path_factory.mktemp("spark"), spark_master="local[2]")
+    session = build_session(settings, app_name="tally-tests")
+    yield session
+    session.stop()

@@ -1,59 +1,84 @@
-"""The stats route against a real Redis and a published baseline: the merge at the cutoff."""
+"""The stats route against a real Redis and a published baseline, both filled by Tally's real writers:
+the merge at the cutoff, the boundary moving, degraded answers (the `merged` video of the shared
+history, see conftest), user reactions and presence."""
 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from counting import keys
+from counting import oracle
+from counting.event import Event, EventType
 from counting.settings import Settings
 from serving_layer.app import create_app
 from tally.services import free_port
-from tests.serving_layer.conftest import bucket_now, publish, put_speed
-from warehouse.baseline import BaselineRow
+from tests.serving_layer.conftest import Events
+from tests.writers import History, Writers, closed_bucket
 
 pytestmark = pytest.mark.integration
 
+Counts = tuple[int, int, int, int]
+
+
+def _counts(answer: dict[str, Any]) -> Counts:
+    return answer["views"], answer["likes"], answer["dislikes"], answer["unique_viewers"]
+
+
+def _oracle(events: list[Event], video: str, cutoff: int | None = None) -> Counts:
+    c = oracle.count(events, cutoff)[video]
+    return c.views, c.likes, c.dislikes, c.unique_viewers
+
 
 def test_served_is_baseline_plus_speed_buckets_from_the_cutoff(
-    api: TestClient, settings: Settings, redis_client: redis.Redis
+    api: TestClient, settings: Settings, tally: Writers, history: History
 ) -> None:
-    b = bucket_now(settings)
-    cutoff = b * settings.bucket_ms
-    publish(settings, "r1", cutoff, [BaselineRow("v1", views=100, likes=7, unique_viewers=40)])
-    put_speed(redis_client, "v1", b - 1, views=55, likes=3, uniques=20)  # before the cutoff: in the baseline
-    put_speed(redis_client, "v1", b, views=5, likes=1, uniques=2)
-    put_speed(
-        redis_client, "v1", b + 1, **{"views": 4, "dislikes": 2, "uniques": 1, "rejected:scripted_agent": 3}
-    )
+    history.count(tally)
+    run = history.runs[0]
+    history.publish(settings, run)
+    expected = _oracle(history.events, "merged")
+    assert expected == (9, 2, 3, 8), "the story of `merged` (conftest) has what it says"
+    assert _oracle(history.events, "merged", run.cutoff) == (6, 2, 1, 6)
 
-    answer = api.get("/v1/videos/v1/stats").json()
+    answer = api.get("/v1/videos/merged/stats").json()
 
-    assert (answer["views"], answer["likes"], answer["dislikes"], answer["unique_viewers"]) == (109, 8, 2, 43)
-    assert answer["rejected"] == {"scripted_agent": 3}
-    assert answer["batch_cutoff"] == cutoff
+    assert _counts(answer) == expected
+    assert answer["rejected"] == oracle.count(history.events)["merged"].rejected == {"scripted_agent": 4}
+    assert answer["batch_cutoff"] == run.cutoff
     assert answer["approx"] is False
 
 
 def test_new_baseline_moves_the_boundary(
-    api: TestClient, settings: Settings, redis_client: redis.Redis
+    api: TestClient, settings: Settings, tally: Writers, history: History
 ) -> None:
-    b = bucket_now(settings)
-    publish(settings, "r1", b * settings.bucket_ms, [BaselineRow("v1", views=100)])
-    put_speed(redis_client, "v1", b, views=5)
-    put_speed(redis_client, "v1", b + 1, views=4)
-    assert api.get("/v1/videos/v1/stats").json()["views"] == 109
-    publish(settings, "r2", (b + 1) * settings.bucket_ms, [BaselineRow("v1", views=105)])
-    answer = api.get("/v1/videos/v1/stats").json()
-    assert (answer["views"], answer["batch_cutoff"]) == (109, (b + 1) * settings.bucket_ms)
+    history.count(tally)
+    first, second = history.runs[:2]
+    expected = _oracle(history.events, "merged")
+    history.publish(settings, first)
+    assert _counts(api.get("/v1/videos/merged/stats").json()) == expected
+    history.publish(settings, second)
+
+    answer = api.get("/v1/videos/merged/stats").json()
+
+    assert (_counts(answer), answer["batch_cutoff"]) == (expected, second.cutoff)
+    assert answer["batch_run_id"] == second.run_id
 
 
-def test_baseline_older_than_retention_is_flagged(api: TestClient, settings: Settings) -> None:
-    publish(settings, "old", 10 * settings.bucket_ms, [BaselineRow("v1", views=3)])
-    answer = api.get("/v1/videos/v1/stats").json()
+def test_baseline_older_than_retention_is_flagged(
+    settings: Settings, redis_client: redis.Redis, tally: Writers, history: History
+) -> None:
+    """A speed retention of one bucket: the baseline's cutoff, a minute ago, is older (as a batch
+    that last ran days ago is under the default retention)."""
+    short = settings.model_copy(update={"retention_ms": settings.bucket_ms})
+    tally.start()
+    run = history.runs[0]
+    history.publish(short, run)
+    with TestClient(create_app(short)) as api:
+        answer = api.get("/v1/videos/merged/stats").json()
+    assert _counts(answer) == _oracle(history.events, "merged", run.cutoff)
     assert answer["approx"] is True
     assert "older than the speed retention" in answer["degraded"][0]
 
@@ -67,33 +92,72 @@ def test_unknown_video_is_zero_and_bad_id_is_422(api: TestClient) -> None:
     assert bad.json()["errors"][0]["field"] == "video_id"
 
 
-def test_user_liked_and_presence(api: TestClient, redis_client: redis.Redis) -> None:
-    redis_client.hset(keys.reactions("v1"), mapping={"u1": "5|e1|liked", "u2": "6|e2|none"})
+# The reactions of u1 leaving each state, and what user_liked / user_disliked must say then.
+REACTION_CASES: dict[str, tuple[list[EventType], tuple[bool, bool]]] = {
+    "liked": (["like"], (True, False)),
+    "disliked": (["like", "dislike"], (False, True)),
+    "none after unlike": (["like", "unlike"], (False, False)),
+    "none, never reacted": ([], (False, False)),
+}
+
+
+@pytest.mark.parametrize("writer", ["counter", "ingest reaction state"])
+@pytest.mark.parametrize("case", list(REACTION_CASES))
+def test_user_reaction_reads_what_each_writer_wrote(
+    api: TestClient, settings: Settings, tally: Writers, case: str, writer: str
+) -> None:
+    kinds, expected = REACTION_CASES[case]
+    e = Events(settings.bucket_ms)
+    b = closed_bucket(settings)
+    events = [e.reaction(kind, "v1", b, "u1") for kind in kinds]
+    events.append(e.reaction("like", "v1", b + 1, "u2"))  # somebody else's reaction to the video
+    if writer == "counter":  # the ingest's reaction-state write failed: only the counter has them
+        tally.ingest(events, reaction_state=False)
+        tally.count()
+    else:  # acknowledged, not counted yet
+        tally.ingest(events)
+
+    answer = api.get("/v1/videos/v1/stats", params={"user_id": "u1"})
+
+    assert answer.status_code == 200, answer.text
+    assert (answer.json()["user_liked"], answer.json()["user_disliked"]) == expected
+    assert answer.json()["degraded"] == []
+
+
+def test_watching_now_counts_the_sessions_that_beat_within_a_minute(
+    api: TestClient, settings: Settings, tally: Writers
+) -> None:
+    e = Events(settings.bucket_ms)
     now = time.time_ns() // 1_000_000
-    redis_client.zadd(keys.presence("v1"), {"s1": now, "s2": now - 5_000, "s3": now - 120_000})
-    assert api.get("/v1/videos/v1/stats", params={"user_id": "u1"}).json()["user_liked"] is True
-    answer = api.get("/v1/videos/v1/stats", params={"user_id": "u2"}).json()
-    assert answer["user_liked"] is False
-    assert answer["watching_now"] == 2
+    tally.ingest([e.heartbeat("v1", "s1", now), e.heartbeat("v1", "s2", now - 5_000)])
+    tally.ingest([e.heartbeat("v1", "s3", now - 120_000)])
+    tally.count()
+
+    assert api.get("/v1/videos/v1/stats").json()["watching_now"] == 2
 
 
-def test_redis_down_serves_the_baseline_marked_approx(settings: Settings) -> None:
+def test_redis_down_serves_the_baseline_marked_approx(settings: Settings, history: History) -> None:
     down = settings.model_copy(update={"redis_url": f"redis://127.0.0.1:{free_port()}/0"})
+    run = history.runs[0]
     with TestClient(create_app(down)) as api:
-        assert api.get("/v1/videos/v1/stats").status_code == 503
-        publish(down, "r1", bucket_now(settings) * settings.bucket_ms, [BaselineRow("v1", views=100)])
-        answer = api.get("/v1/videos/v1/stats")
+        assert api.get("/v1/videos/merged/stats").status_code == 503
+        history.publish(down, run)
+        answer = api.get("/v1/videos/merged/stats")
         assert answer.status_code == 200
-        assert answer.json()["views"] == 100
+        assert _counts(answer.json()) == _oracle(history.events, "merged", run.cutoff)
         assert answer.json()["approx"] is True
 
 
-def test_lost_speed_state_is_flagged(api: TestClient, settings: Settings, redis_client: redis.Redis) -> None:
-    publish(settings, "r1", bucket_now(settings) * settings.bucket_ms, [BaselineRow("v1", views=100)])
-    assert api.get("/v1/videos/v1/stats").json()["approx"] is False
+def test_lost_speed_state_is_flagged(
+    api: TestClient, settings: Settings, redis_client: redis.Redis, tally: Writers, history: History
+) -> None:
+    history.count(tally)
+    run = history.runs[0]
+    history.publish(settings, run)
+    assert api.get("/v1/videos/merged/stats").json()["approx"] is False
     redis_client.flushdb()
 
-    answer = api.get("/v1/videos/v1/stats").json()
+    answer = api.get("/v1/videos/merged/stats").json()
 
-    assert (answer["views"], answer["approx"]) == (100, True)
+    assert (_counts(answer), answer["approx"]) == (_oracle(history.events, "merged", run.cutoff), True)
     assert "tally speed rebuild" in answer["degraded"][0]

@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import pytest
 import redis
+from pyspark.sql import SparkSession
 
 from batch_layer import run_batch
 from counting import oracle
@@ -32,7 +33,7 @@ def _oracle(events: list[Any]) -> dict[str, Counts]:
 
 
 def test_counts_hold_before_during_and_after_a_publish(
-    stack: Stack, stack_settings: Settings, redis_client: redis.Redis
+    stack: Stack, stack_settings: Settings, redis_client: redis.Redis, spark: SparkSession
 ) -> None:
     settings = stack_settings
     ingest = f"http://127.0.0.1:{settings.ingest_port}"
@@ -58,7 +59,7 @@ def test_counts_hold_before_during_and_after_a_publish(
     poller = threading.Thread(target=poll)
     poller.start()
     try:
-        run_batch(settings, cutoff)
+        run_batch(settings, cutoff, spark=spark)  # the session's own: a batch given none stops it
         wait_until(
             lambda: any(c == cutoff for c, _, _ in seen[-len(videos) :]), 30, "an answer at the cutoff"
         )

@@ -2,43 +2,50 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
-import redis
 from fastapi.testclient import TestClient
 
-from counting import keys
 from counting.settings import Settings
 from serving_layer.app import create_app
 from tally.services import free_port
-from tests.serving_layer.conftest import bucket_now, publish
-from warehouse.baseline import BaselineRow
+from tests.serving_layer.conftest import Events
+from tests.writers import History, Writers, closed_bucket
 
 pytestmark = pytest.mark.integration
 
 
 def test_timeseries_merges_batch_buckets_and_speed_buckets(
-    api: TestClient, settings: Settings, redis_client: redis.Redis
+    api: TestClient, settings: Settings, tally: Writers, history: History
 ) -> None:
-    b = bucket_now(settings)
-    series = [
-        {"video_id": "v1", "bucket": b - 3, "views": 7, "rejected": 2, "short_views": 1},
-        {"video_id": "v1", "bucket": b - 1, "views": 4, "rejected": 0, "short_views": 0},
-        {"video_id": "v2", "bucket": b - 1, "views": 99, "rejected": 0, "short_views": 0},
+    """The `series` video of the shared history (see conftest): a burst in bucket C-1 that the
+    speed layer partly counted and the batch rejected whole."""
+    history.count(tally)
+    run = history.runs[0]
+    c = run.cutoff // settings.bucket_ms
+    window = {"start": (c - 3) * settings.bucket_ms, "end": (c + 1) * settings.bucket_ms}
+
+    def points() -> list[tuple[int, int, int, int, str]]:
+        answer = api.get("/v1/videos/series/timeseries", params=window)
+        assert answer.status_code == 200
+        return [
+            (p["bucket"], p["views"], p["rejected"], p["short_views"], p["source"])
+            for p in answer.json()["points"]
+        ]
+
+    assert points() == [
+        (c - 3, 7, 2, 1, "speed"),
+        (c - 2, 0, 0, 0, "speed"),
+        (c - 1, 34, 1, 0, "speed"),
+        (c, 5, 3, 0, "speed"),
     ]
-    publish(settings, "r1", b * settings.bucket_ms, [BaselineRow("v1", views=11)], series)
-    redis_client.hset(keys.bucket_counts("v1", b - 1), mapping={"views": 1000})  # before C: batch wins
-    redis_client.hset(keys.bucket_counts("v1", b), mapping={"views": 5, "rejected:scripted_agent": 3})
-
-    window = {"start": (b - 3) * settings.bucket_ms, "end": (b + 1) * settings.bucket_ms}
-    answer = api.get("/v1/videos/v1/timeseries", params=window)
-
-    assert answer.status_code == 200
-    points = [(p["bucket"], p["views"], p["rejected"], p["source"]) for p in answer.json()["points"]]
-    assert points == [
-        (b - 3, 7, 2, "batch"),
-        (b - 2, 0, 0, "batch"),
-        (b - 1, 4, 0, "batch"),
-        (b, 5, 3, "speed"),
+    history.publish(settings, run)
+    assert points() == [
+        (c - 3, 7, 2, 1, "batch"),
+        (c - 2, 0, 0, 0, "batch"),
+        (c - 1, 4, 31, 0, "batch"),  # before the cutoff the batch wins over the speed layer
+        (c, 5, 3, 0, "speed"),
     ]
 
 
@@ -51,13 +58,20 @@ def test_timeseries_refuses_bad_ranges_naming_the_field(api: TestClient, setting
     assert (answer.status_code, answer.json()["errors"][0]["field"]) == (422, "buckets")
 
 
-def test_trending_ranks_videos_over_the_window(
-    api: TestClient, settings: Settings, redis_client: redis.Redis
-) -> None:
-    b = bucket_now(settings)
-    redis_client.zadd(keys.trending(b), {"a": 5, "b": 3})
-    redis_client.zadd(keys.trending(b - 1), {"b": 4, "c": 1})
-    redis_client.zadd(keys.trending(b - 10), {"c": 100})  # outside a 5-bucket window, even if b rolls over
+def test_trending_ranks_videos_over_the_window(api: TestClient, settings: Settings, tally: Writers) -> None:
+    e = Events(settings.bucket_ms)
+    b = time.time_ns() // 1_000_000 // settings.bucket_ms  # now: the ingest API stamps it
+    tally.ingest(
+        [
+            *e.views("a", b, *(f"a{i}" for i in range(5))),
+            *e.views("b", b, *(f"b{i}" for i in range(3))),
+            *e.views("b", b - 1, *(f"b{i}" for i in range(3, 7))),
+            *e.views("c", b - 1, "c0"),
+            # Outside a 5-bucket window, even if b rolls over before the read:
+            *e.views("c", b - 10, *(f"c{i}" for i in range(1, 11))),
+        ]
+    )
+    tally.count()
 
     answer = api.get("/v1/trending", params={"window_buckets": 5, "limit": 2}).json()
 
@@ -72,9 +86,10 @@ def test_admin_raw_needs_the_key(api: TestClient, settings: Settings) -> None:
     assert answer.json()["events_in_log"] == 0
 
 
-def test_live_pushes_the_counts(api: TestClient, redis_client: redis.Redis, settings: Settings) -> None:
-    redis_client.hset(keys.bucket_counts("v9", bucket_now(settings)), mapping={"views": 3})
-    redis_client.zadd(keys.buckets_index("v9"), {str(bucket_now(settings)): bucket_now(settings)})
+def test_live_pushes_the_counts(api: TestClient, settings: Settings, tally: Writers) -> None:
+    e = Events(settings.bucket_ms)
+    tally.ingest(e.views("v9", closed_bucket(settings), "u1", "u2", "u3"))
+    tally.count()
     with api.stream("GET", "/v1/videos/v9/live") as response:
         assert response.headers["content-type"].startswith("text/event-stream")
         lines = []
