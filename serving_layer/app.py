@@ -27,7 +27,7 @@ from serving_layer.fast_path import STATS_PATH, PlainStats
 from serving_layer.live import live_stream
 from serving_layer.metrics import instrument
 from serving_layer.payouts import creator_payouts
-from serving_layer.schemas import ERRORS, error_answer, unavailable
+from serving_layer.schemas import ERRORS, CreatorPayouts, error_answer, unavailable
 from serving_layer.speed import top_videos
 from serving_layer.stats import REDIS_ERRORS, Answer, StatsReader, encode_json, now_ms
 from serving_layer.timeseries import DEFAULT_BUCKETS, MAX_BUCKETS, read_series
@@ -166,18 +166,25 @@ def create_app(settings: Settings) -> FastAPI:
             "videos": [{"video_id": v, "views": n} for v, n in top],
         }
 
-    @app.get("/v1/creators/{creator_id}/payouts")
+    @app.get("/v1/creators/{creator_id}/payouts", response_model=CreatorPayouts)
     async def payouts(
-        creator_id: Annotated[str, Path(min_length=1, max_length=64, description="the creator id")],
+        creator_id: Annotated[
+            str, Path(pattern=VIDEO_ID_PATTERN, description="the creator id ([A-Za-z0-9_-]{1,64})")
+        ],
         since: Annotated[date | None, Query(alias="from", description="first UTC day, YYYY-MM-DD")] = None,
         until: Annotated[date | None, Query(alias="to", description="last UTC day, YYYY-MM-DD")] = None,
+        history: Annotated[
+            bool, Query(description="every run's rows of each day, each marked current or not")
+        ] = False,
     ) -> Any:
-        """The creator's payout ledger rows: views, rate, amount, and the run, rules version, input
-        files and counted-id digest that `tally audit payout` re-derives them from."""
+        """The creator's payout for each day: the current ledger row (the latest published run's)
+        with its views, rate, amount, and the run, rules version, input files (count and digest)
+        and counted-id digest that `tally audit payout` re-derives it from; `history=true` answers
+        every run's rows, marked `current` or not."""
         if since is not None and until is not None and until < since:
             return error_answer(422, "to", f"must not be before 'from' (got from={since}, to={until})")
-        rows = await asyncio.to_thread(creator_payouts, settings.store_url, creator_id, since, until)
-        return {"creator_id": creator_id, "payouts": rows}
+        rows = await asyncio.to_thread(creator_payouts, settings.store_url, creator_id, since, until, history)
+        return {"creator_id": creator_id, "history": history, "payouts": rows}
 
     @app.get("/v1/admin/videos/{video_id}/raw")
     async def admin_raw(
