@@ -3,6 +3,7 @@ forward, expiring speed buckets, and the spark-submit command line."""
 
 from __future__ import annotations
 
+import time
 import zipfile
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -12,9 +13,12 @@ import redis
 
 from batch_layer.errors import BatchError, CutoffNotOnBucketEdge
 from counting import keys
+from counting.event import Event
 from counting.rules import RULES_VERSION
 from counting.settings import Settings
 from tally import pipeline
+from tests.speed_layer.helpers import BROWSER
+from tests.writers import Writers
 from warehouse.baseline import BaselineRow, current_baseline, publish_baseline, rows_table, write_table
 
 DAY = datetime(2026, 11, 20, tzinfo=UTC)
@@ -94,20 +98,38 @@ def test_publishing_never_moves_the_served_baseline_back(settings: Settings) -> 
     assert served is not None and (served.run_id, served.cutoff) == ("interval-6000", 6000)
 
 
+def _counted_view(video: str, user: str, ingest_ts: int) -> Event:
+    return Event(
+        event_id=f"{video}-{user}-{ingest_ts}",
+        type="view",
+        video_id=video,
+        ts=ingest_ts,
+        user_id=user,
+        session_id=f"s-{user}",
+        watch_secs=90.0,
+        video_duration_secs=600.0,
+        user_agent=BROWSER,
+        ingest_ts=ingest_ts,
+    )
+
+
 def test_expiry_deletes_only_buckets_older_than_the_retention(
     settings: Settings, redis_client: redis.Redis
 ) -> None:
-    now = DAY_MS
-    oldest_kept = (now - settings.retention_ms) // settings.bucket_ms
-    old, kept = [oldest_kept - 2, oldest_kept - 1], [oldest_kept, oldest_kept + 10]
-    for video in ("vid-1", "vid-2"):
-        redis_client.sadd(keys.videos_index(), video)
+    settings = settings.model_copy(update={"retention_ms": 60_000})
+    first = int(time.time() * 1000) // settings.bucket_ms
+    old, kept = [first, first + 1], [first + 40, first + 45]  # kept: newer than `now` - retention
+    now = (first + 40) * settings.bucket_ms + settings.retention_ms
+    writers = Writers(settings)
+    try:
         for bucket in old + kept:
-            redis_client.hset(keys.bucket_counts(video, bucket), "views", 1)
-            redis_client.pfadd(keys.viewers_sketch(video, bucket), "u-1")
-            redis_client.zadd(keys.buckets_index(video), {str(bucket): bucket})
-    for bucket in old + kept:
-        redis_client.zadd(keys.trending(bucket), {"vid-1": 1})
+            at = bucket * settings.bucket_ms + 1
+            writers.ingest([_counted_view(video, f"viewer-{bucket}", at) for video in ("vid-1", "vid-2")])
+        writers.count()
+    finally:
+        writers.close()
+    written = [keys.bucket_counts(v, b) for v in ("vid-1", "vid-2") for b in old + kept]
+    assert all(redis_client.exists(key) for key in written), "the counter wrote every bucket"
 
     assert pipeline.expire_speed_buckets(settings, now) == 2 * 2 * 2 + 2  # counts + sketches, trending
     assert pipeline.expire_speed_buckets(settings, now) == 0
