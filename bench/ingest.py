@@ -47,6 +47,7 @@ import pyarrow.dataset as ds
 import redis
 
 from bench.isolated import isolated_services
+from bench.wrk import millis, paced
 from counting import oracle
 from counting.event import Event
 from counting.logschema import EVENT_COLUMNS
@@ -64,26 +65,7 @@ VIDEOS = 500
 USERS = 20_000
 # All requests come from 127.0.0.1: limits no run reaches (the scripts still run on every request).
 RAISED_LIMITS = {"rate_limit_ip_per_min": 1_000_000_000, "rate_limit_user_per_min": 1_000_000}
-_UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
 
-_PACING = """
-local ffi = require("ffi")
-ffi.cdef[[
-typedef struct { long tv_sec; long tv_nsec; } bench_timespec;
-int clock_gettime(int clock, bench_timespec *now);
-]]
-local now = ffi.new("bench_timespec")
-local function now_ms()
-  ffi.C.clock_gettime(1, now)  -- CLOCK_MONOTONIC
-  return tonumber(now.tv_sec) * 1000 + tonumber(now.tv_nsec) / 1e6
-end
-local slot = nil
-delay = function()  -- one slot per request, every 1/rate s, whatever the answers took
-  local t = now_ms()
-  slot = (slot or t) + INTERVAL_MS
-  return math.max(0, slot - t)
-end
-"""
 # A like by one of many users (tokens read from a file) of one of many videos, from a start of each
 # phase's own (SEED), so that phases like other pairs; the event id of every 202 answer is appended
 # to a file.
@@ -191,11 +173,6 @@ class CpuMeter:
         }
 
 
-def _millis(text: str) -> float:
-    number = text.rstrip("usm")
-    return float(number) * _UNITS[text[len(number) :]]
-
-
 def _run_wrk(script: Path, base: str, connections: int, seconds: float, meter: CpuMeter) -> dict[str, Any]:
     command = ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--timeout", "30s"]
     command += ["--latency", "-s", str(script), base]
@@ -209,7 +186,7 @@ def _run_wrk(script: Path, base: str, connections: int, seconds: float, meter: C
         if line.startswith("Requests/sec:"):
             figures["rps"] = float(words[1])
         elif len(words) == 2 and words[0] in ("50%", "90%", "99%"):
-            figures[f"p{words[0][:-1]}_ms"] = round(_millis(words[1]), 2)
+            figures[f"p{words[0][:-1]}_ms"] = round(millis(words[1]), 2)
         elif "requests in" in line:
             figures["requests"] = int(words[0])
         elif "Non-2xx" in line:
@@ -219,10 +196,6 @@ def _run_wrk(script: Path, base: str, connections: int, seconds: float, meter: C
     figures["acknowledged"] = figures["requests"] - figures["non_2xx"]
     figures.update(meter.figures(figures.get("rps", 0.0) * elapsed))
     return figures
-
-
-def _paced(script: str, rate: float | None) -> str:
-    return script + (_PACING.replace("INTERVAL_MS", repr(1000.0 / rate)) if rate else "")
 
 
 def _single_bodies(path: Path, prefix: str, count: int) -> None:
@@ -309,7 +282,7 @@ def _caught_up(settings: Settings, client: redis.Redis, what: str) -> None:
 def _warm_up(base: str, work: Path) -> None:
     """A few seconds of light like traffic (every worker process connects and warms its clients)."""
     script = work / "warm.lua"
-    script.write_text(_paced((work / "like.lua").read_text().replace("SEED", "1"), 100.0))
+    script.write_text(paced((work / "like.lua").read_text().replace("SEED", "1"), 100.0))
     subprocess.run(["wrk", "-t1", "-c8", "-d3s", "-s", str(script), base], capture_output=True, check=True)
 
 
@@ -326,7 +299,7 @@ def _phases(
     for seed, rate in enumerate(args.like_rates, start=2):
         _log(f"{workers} ingest process(es): likes at {rate:,.0f}/s for {args.seconds:.0f} s")
         script = work / "like-paced.lua"
-        script.write_text(_paced(like.replace("SEED", str(seed)), rate))
+        script.write_text(paced(like.replace("SEED", str(seed)), rate))
         run = _run_wrk(script, base, args.connections, args.seconds, meter)
         figures["like_paced"].append({"offered_rps": rate, **run})
     if args.closed_connections:
@@ -340,7 +313,7 @@ def _phases(
         _single_bodies(bodies, f"s{rate:.0f}-", int(rate * (args.seconds + 2)))
         script = work / "single.lua"
         script.write_text(
-            _paced(_SINGLE.replace("BODIES", str(bodies)).replace("KEY", settings.collector_key), rate)
+            paced(_SINGLE.replace("BODIES", str(bodies)).replace("KEY", settings.collector_key), rate)
         )
         run = _run_wrk(script, base, args.connections, args.seconds, meter)
         figures["single_paced"].append({"offered_rps": rate, **run})

@@ -30,6 +30,7 @@ from typing import Any
 import redis
 
 from bench.isolated import isolated_services
+from bench.wrk import millis, paced
 from counting import keys
 from tally.loadgen import post_traffic
 from tally.speedview import counter_caught_up, wait_until
@@ -54,34 +55,6 @@ def _redis_floor(url: str, n: int = 5_000) -> dict[str, float]:
         samples.append((time.perf_counter() - started) * 1000)
     client.close()
     return {"p50_ms": _percentile(samples, 0.5), "p99_ms": _percentile(samples, 0.99)}
-
-
-_UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
-
-
-def _millis(text: str) -> float:
-    number = text.rstrip("usm")
-    return float(number) * _UNITS[text[len(number) :]]
-
-
-_PACING = """
-local ffi = require("ffi")
-ffi.cdef[[
-typedef struct { long tv_sec; long tv_nsec; } bench_timespec;
-int clock_gettime(int clock, bench_timespec *now);
-]]
-local now = ffi.new("bench_timespec")
-local function now_ms()
-  ffi.C.clock_gettime(1, now)  -- CLOCK_MONOTONIC
-  return tonumber(now.tv_sec) * 1000 + tonumber(now.tv_nsec) / 1e6
-end
-local slot = nil
-delay = function()  -- one slot per request, every 1/rate s, whatever the answers took
-  local t = now_ms()
-  slot = (slot or t) + INTERVAL_MS
-  return math.max(0, slot - t)
-end
-"""
 
 
 def _cpu_ticks(pid: int) -> int:
@@ -116,12 +89,14 @@ def _wrk(
     `rate` requests/s. Also the CPU each process in `pids` and wrk spent, per request and as a share."""
     script = work / "stats.lua"
     names = ",".join(f'"{v}"' for v in videos)
-    pacing = _PACING.replace("INTERVAL_MS", repr(1000.0 / rate)) if rate else ""
     script.write_text(
-        f"local videos = {{{names}}}\n"
-        "request = function()\n"
-        '  return wrk.format("GET", "/v1/videos/" .. videos[math.random(#videos)] .. "/stats")\n'
-        "end\n" + pacing
+        paced(
+            f"local videos = {{{names}}}\n"
+            "request = function()\n"
+            '  return wrk.format("GET", "/v1/videos/" .. videos[math.random(#videos)] .. "/stats")\n'
+            "end\n",
+            rate,
+        )
     )
     command = ["wrk", "-t1", f"-c{connections}", f"-d{int(seconds)}s", "--latency", "-s", str(script), base]
     before = {name: _cpu_ticks(pid) for name, pid in pids.items()}
@@ -139,7 +114,7 @@ def _wrk(
         if line.startswith("Requests/sec:"):
             figures["rps"] = float(words[1])
         elif len(words) == 2 and words[0] in ("50%", "90%", "99%"):
-            figures[f"p{words[0][:-1]}_ms"] = _millis(words[1])
+            figures[f"p{words[0][:-1]}_ms"] = millis(words[1])
         elif "Non-2xx" in line:
             figures["non_2xx"] = float(words[-1])
     tick = os.sysconf("SC_CLK_TCK")
