@@ -28,14 +28,11 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import os
 import platform
 import resource
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -46,7 +43,7 @@ import msgspec
 import pyarrow.dataset as ds
 import redis
 
-from bench.isolated import isolated_services
+from bench.isolated import isolated_services, run_in_work_dir
 from bench.wrk import millis, paced
 from counting import oracle
 from counting.event import Event
@@ -509,19 +506,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.quick:
         args.seconds, args.batch_seconds, args.workers = 2.0, 2.0, [1, 2]
         args.like_rates, args.single_rates, args.closed_connections, args.senders = [200.0], [200.0], 8, 2
-    work = Path(tempfile.mkdtemp(prefix="tally-bench-ingest-"))
-    result: dict[str, Any] = {}
-    try:
-        result = bench(args, work)
-    finally:
-        if args.keep or not result.get("ok"):
-            _log(f"data and logs kept under {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
-    print(json.dumps(result, separators=(",", ":")))
-    return result
+    return run_in_work_dir("tally-bench-ingest-", lambda work: bench(args, work), args.out, args.keep, _log)
 
 
 if __name__ == "__main__":

@@ -31,13 +31,10 @@ Exit status 1 when a check failed.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import shutil
 import signal
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Mapping
@@ -47,7 +44,7 @@ from typing import Any
 import httpx
 import pyarrow.dataset as ds
 
-from bench.isolated import isolated_services
+from bench.isolated import isolated_services, run_in_work_dir
 from bench.soak_faults import DEFAULT_SCHEDULE, FAULTS, Faults, Rig
 from bench.soak_load import Loader, LoadFigures, MemorySampler, Progress, Reader, latency_figures
 from counting import keys, oracle
@@ -343,19 +340,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     unknown = [f for f in args.faults if f not in FAULTS]
     if unknown:
         parser.error(f"unknown faults {unknown}; choose from {', '.join(FAULTS)}")
-    work = Path(tempfile.mkdtemp(prefix="tally-soak-"))
-    result: dict[str, Any] = {}
-    try:
-        result = soak(args, work)
-    finally:
-        if args.keep or not result.get("ok"):
-            _log(f"data and logs kept under {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
-    print(json.dumps(result, separators=(",", ":")))
-    return result
+    return run_in_work_dir("tally-soak-", lambda work: soak(args, work), args.out, args.keep, _log)
 
 
 if __name__ == "__main__":
