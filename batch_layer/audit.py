@@ -15,10 +15,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from batch_layer.payouts import day_of_date, payout_amount, payout_events_path
+from batch_layer.rules_used import run_bot_filter
 from counting import oracle, rules
+from counting.bots import SHIPPED, BotFilter
 from counting.event import Event
 from counting.logschema import EVENT_COLUMNS, PARTITION_COLUMNS
-from counting.rules import RULES_VERSION
 from counting.settings import Settings
 from warehouse.errors import PayoutNotFound, StoreError
 from warehouse.store import LedgerRow, catalog, get_run, latest_payout, open_store
@@ -93,7 +94,8 @@ def audit_payout(settings: Settings, creator_id: str, day: date, run_id: str | N
 
     Reads the files under `settings.raw_dir` ingested before the run's cutoff (any file, so files
     added or removed since the run show), counts with `counting.oracle`, compares views, amount,
-    the counted-ids digest and each input file's sha256. The catalog is the store's current one.
+    the counted-ids digest and each input file's sha256. The catalog is the store's current one;
+    the bot rules are the ones the run kept (`rules_used`).
     """
     with open_store(settings.store_url) as store:
         row = latest_payout(store, creator_id, day, run_id)
@@ -111,7 +113,8 @@ def audit_payout(settings: Settings, creator_id: str, day: date, run_id: str | N
         raise StoreError(f"ledger row {row.id} names run {row.run_id!r}, which batch_runs does not hold")
     cutoff = run.cutoff
     paid = {v.video_id for v in videos.values() if v.creator_id == creator_id and v.monetized}
-    derived = derive(settings.raw_dir, cutoff, day, paid)
+    bot_filter = run_bot_filter(settings, row.run_id)
+    derived = derive(settings.raw_dir, cutoff, day, paid, bot_filter)
     log_digest = ids_digest(derived.ids)
     log_amount = payout_amount(len(derived.ids), row.rate_per_1000)
     differences = _file_differences(settings.raw_dir, row.input_files, derived.files)
@@ -135,15 +138,15 @@ def audit_payout(settings: Settings, creator_id: str, day: date, run_id: str | N
         ledger_digest=row.counted_ids_digest,
         log_digest=log_digest,
         differences=tuple(differences),
-        notes=tuple(_notes(settings, row)),
+        notes=tuple(_notes(settings, row, bot_filter)),
         input_files=dict(row.input_files),
         current=current is not None and current.id == row.id,
     )
 
 
-def _notes(settings: Settings, row: LedgerRow) -> Iterator[str]:
-    if row.rules_version != RULES_VERSION:
-        yield f"the ledger used rules {row.rules_version}, this audit counts with rules {RULES_VERSION}"
+def _notes(settings: Settings, row: LedgerRow, bot_filter: BotFilter) -> Iterator[str]:
+    if row.rules_version != bot_filter.version:
+        yield f"the ledger used rules {row.rules_version}, this audit counts with rules {bot_filter.version}"
     if row.rate_per_1000 != settings.payout_rate_per_1000_views:
         yield (
             f"the ledger's rate {row.rate_per_1000} per 1000 views differs from the current setting "
@@ -207,12 +210,33 @@ def _recorded_ids(settings: Settings, row: LedgerRow) -> dict[str, str] | None:
 # --- re-deriving the counted views from the raw log ----------------------------------------------
 
 
-def derive(raw_dir: Path, cutoff: int, day: date, videos: set[str]) -> Derived:
-    """The counted views of `videos` with event time on `day`, from the log ingested before `cutoff`.
+def derive(
+    raw_dir: Path, cutoff: int, day: date, videos: set[str], bot_filter: BotFilter = SHIPPED
+) -> Derived:
+    """The counted views of `videos` with event time on `day`, from the log ingested before `cutoff`,
+    judged by the oracle over all of that day's views (bot windows span videos and creators, never
+    days) with the rules of `bot_filter`."""
+    low = day_of_date(day) * rules.DAY_MS
+    high = low + rules.DAY_MS
+    events, files = day_events(raw_dir, cutoff, day)
+    counted = [
+        e
+        for e in oracle.counted_views(events, cutoff, bot_filter)
+        if low <= e.ts < high and e.video_id in videos
+    ]
+    return Derived(
+        ids=frozenset(e.event_id for e in counted),
+        videos={e.event_id: e.video_id for e in counted},
+        files=files,
+    )
+
+
+def day_events(raw_dir: Path, cutoff: int, day: date) -> tuple[list[Event], frozenset[str]]:
+    """Every copy of the events with a copy on `day` (event time) in the log ingested before
+    `cutoff`, in the batch's order of copies, and the files holding views of that day.
 
     Two passes: the event ids with a copy of that day, then every copy of those ids (the first copy
-    of an id decides, whichever day its copies carry), deduplicated and judged by the oracle over
-    all of that day's views (bot windows span videos and creators, never days).
+    of an id decides, whichever day its copies carry).
     """
     low = day_of_date(day) * rules.DAY_MS
     high = low + rules.DAY_MS
@@ -230,13 +254,7 @@ def derive(raw_dir: Path, cutoff: int, day: date, videos: set[str]) -> Derived:
         rows += table.filter(pc.is_in(table["event_id"], value_set=wanted)).to_pylist()
     # The batch breaks ties between copies ingested in the same millisecond by Kafka position.
     rows.sort(key=lambda r: (r["ingest_ts"], r["kafka_partition"] or 0, r["kafka_offset"] or 0))
-    events = [Event(**{c: r[c] for c in EVENT_COLUMNS}) for r in rows]
-    counted = [e for e in oracle.counted_views(events, cutoff) if low <= e.ts < high and e.video_id in videos]
-    return Derived(
-        ids=frozenset(e.event_id for e in counted),
-        videos={e.event_id: e.video_id for e in counted},
-        files=frozenset(files),
-    )
+    return [Event(**{c: r[c] for c in EVENT_COLUMNS}) for r in rows], frozenset(files)
 
 
 def _log_files(raw_dir: Path, cutoff: int, columns: list[str]) -> Iterator[tuple[str, pa.Table]]:

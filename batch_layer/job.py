@@ -21,12 +21,13 @@ from batch_layer.cutoff import require_closed_cutoff
 from batch_layer.errors import BatchError, CutoffBehindServed, InvalidRunId
 from batch_layer.extract import read_log
 from batch_layer.payouts import payouts_of_classified, save_computed_payouts
+from batch_layer.rules_used import save_run_rules
 from batch_layer.series import bucket_totals, write_series
 from batch_layer.session import session_for
 from batch_layer.transform import classify, daily_totals, grain_counts, video_totals
+from counting.bots import filter_of
 from counting.catalog import CatalogRow
 from counting.errors import TallyError
-from counting.rules import RULES_VERSION
 from counting.settings import Settings
 from warehouse.baseline import read_pointer
 
@@ -76,20 +77,24 @@ def compute_batch(
     run_id = run_id or new_run_id(cutoff_ms)
     session, own_session = session_for(settings, spark)
     try:
+        bot_filter = filter_of(settings.bot_rules_file)
+        save_run_rules(settings, run_id, bot_filter)
         events = read_log(session, settings.raw_dir, cutoff_ms)
-        classified = classify(events)
+        classified = classify(events, bot_filter)
         # Every output adds up from the counts per (video, day, bucket): kept, they are small.
         grain = grain_counts(classified, settings.bucket_ms).cache()
         try:
             table = load.baseline_table(video_totals(grain))
-            load.write_daily(settings, run_id, RULES_VERSION, daily_totals(grain))
+            load.write_daily(settings, run_id, bot_filter.version, daily_totals(grain))
             write_series(settings, run_id, bucket_totals(grain))
             events_read = events.count()
         finally:
             grain.unpersist()
         payouts = None
         if videos is not None:
-            rows = payouts_of_classified(session, settings, run_id, cutoff_ms, classified, videos)
+            rows = payouts_of_classified(
+                session, settings, run_id, cutoff_ms, classified, videos, bot_filter.version
+            )
             save_computed_payouts(settings, run_id, rows)
             payouts = len(rows)
         load.write_baseline(settings, run_id, table)
@@ -103,7 +108,7 @@ def compute_batch(
     return BatchResult(
         run_id=run_id,
         cutoff=cutoff_ms,
-        rules_version=RULES_VERSION,
+        rules_version=bot_filter.version,
         events_read=events_read,
         videos=table.num_rows,
         seconds=round(time.monotonic() - started, 3),

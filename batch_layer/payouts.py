@@ -26,11 +26,12 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from batch_layer.errors import BatchError, PayoutsUnavailable
 from batch_layer.extract import read_log
+from batch_layer.rules_used import save_run_rules
 from batch_layer.session import session_for
 from batch_layer.transform import COUNTED, classify, floor_div, is_view
 from counting import rules
+from counting.bots import filter_of
 from counting.catalog import CatalogRow
-from counting.rules import RULES_VERSION
 from counting.settings import Settings
 from warehouse.store import (
     MONEY_PLACE,
@@ -113,6 +114,7 @@ def payouts_of_classified(
     cutoff: int,
     classified: DataFrame,
     videos: Iterable[CatalogRow] | Mapping[str, CatalogRow],
+    rules_version: str,
 ) -> list[PayoutRow]:
     """The payout rows of every (creator, day) with monetizable views, by day then creator, from a
     run's classified log (`transform.classify` of the log ingested before `cutoff`, e.g. the one
@@ -144,7 +146,7 @@ def payouts_of_classified(
             creator_id=figure["creator_id"],
             day=date_of_day(int(figure["day"])),
             run_id=run_id,
-            rules_version=RULES_VERSION,
+            rules_version=rules_version,
             monetizable_views=int(figure["views"]),
             rate_per_1000=rate,
             currency=settings.payout_currency,
@@ -166,8 +168,10 @@ def compute_payouts(
 ) -> list[PayoutRow]:
     """The payout rows of every (creator, day) with monetizable views in the log ingested before
     `cutoff`, by day then creator. Also (over)writes the run's counted ids at `payout_events_path`."""
-    classified = classify(read_log(spark, settings.raw_dir, cutoff))
-    return payouts_of_classified(spark, settings, run_id, cutoff, classified, videos)
+    bot_filter = filter_of(settings.bot_rules_file)
+    save_run_rules(settings, run_id, bot_filter)
+    classified = classify(read_log(spark, settings.raw_dir, cutoff), bot_filter)
+    return payouts_of_classified(spark, settings, run_id, cutoff, classified, videos, bot_filter.version)
 
 
 def computed_payouts_path(settings: Settings, run_id: str) -> Path:
@@ -247,7 +251,7 @@ def write_payouts(
             run = RunRecord(
                 run_id=run_id,
                 cutoff=cutoff,
-                rules_version=RULES_VERSION,
+                rules_version=rows[0].rules_version if rows else filter_of(settings.bot_rules_file).version,
                 started_at=started_at or datetime.now(UTC),
                 finished_at=datetime.now(UTC),
                 status=SUCCEEDED,

@@ -14,13 +14,14 @@ from batch_layer.retries import REPEATED, id_hash, without_retries
 from batch_layer.session import partial_aggregation_bypassed
 from batch_layer.verdict import (
     STATIC_SIGNALS,
+    allowed_addresses,
     is_high_velocity,
     is_replay_loop,
     rejection_reason,
     with_static_signals,
 )
 from counting import rules
-from counting.bots import REASONS
+from counting.bots import REASONS, SHIPPED, BotFilter
 from warehouse.baseline import REJECTED_COLUMNS, baseline_schema
 
 # What became of each deduplicated view (the `outcome` column); latest reactions carry their state.
@@ -74,18 +75,23 @@ def _is_qualified() -> Column:
     return (watched >= F.lit(rules.MIN_WATCH_SECS)) & ~F.isnan(watched)
 
 
-def _busy_addresses(views: DataFrame) -> DataFrame:
-    """The (ip, minute) pairs of `bots.is_high_velocity`, with a true `_busy`: few (bots), so they
-    are broadcast to the views unless there are very many."""
+def _busy_addresses(views: DataFrame, bot_filter: BotFilter) -> DataFrame:
+    """The (ip, minute) pairs of `is_high_velocity`, with a true `_busy`, but for the addresses of
+    the allow-list: few (bots), so they are broadcast to the views unless there are very many."""
     pairs = (
         views.where(F.col("ip").isNotNull())
         .groupBy("ip", "minute")
         .agg(F.count(F.lit(1)).alias("_views"))
-        .where(is_high_velocity(F.col("_views")))
+        .where(is_high_velocity(F.col("_views"), bot_filter))
         .select("ip", "minute", F.lit(True).alias("_busy"))
     )
     with partial_aggregation_bypassed(views.sparkSession):  # nearly every pair is distinct
         pairs = pairs.localCheckpoint(eager=True)
+    if bot_filter.allowed.networks:
+        busy = [row["ip"] for row in pairs.select("ip").distinct().collect()]
+        allowed = allowed_addresses(busy, bot_filter)
+        if allowed:
+            pairs = pairs.where(~F.col("ip").isin(allowed)).localCheckpoint(eager=True)
     return F.broadcast(pairs) if pairs.count() <= _MAX_BROADCAST_PAIRS else pairs
 
 
@@ -117,7 +123,7 @@ def _is_kept_reaction() -> Column:
 _PERSON = "_person"
 
 
-def _decided(rows: DataFrame, busy_addresses: DataFrame) -> DataFrame:
+def _decided(rows: DataFrame, busy_addresses: DataFrame, bot_filter: BotFilter) -> DataFrame:
     """The rows with what an outcome reads: the address velocity signal (`_busy`, from the views'
     `_busy_addresses`), whether the row is a reaction, its person (the viewer of a view, the user
     of a reaction), the hash of (video, person), and whether each view is a candidate (a qualified
@@ -143,13 +149,15 @@ def _decided(rows: DataFrame, busy_addresses: DataFrame) -> DataFrame:
         busy.alias("_busy"),
         _pair_hash(person).alias(_VIEWER_HASH),
         *(
-            (qualified & rejection_reason(static, busy, F.lit(loop)).isNull()).alias(f"_candidate_{name}")
+            (qualified & rejection_reason(static, busy, F.lit(loop), bot_filter).isNull()).alias(
+                f"_candidate_{name}"
+            )
             for name, loop in _HYPOTHESES.items()
         ),
     )
 
 
-def _outcomes(decided: DataFrame, alone: bool) -> DataFrame:
+def _outcomes(decided: DataFrame, alone: bool, bot_filter: BotFilter) -> DataFrame:
     """`decided` rows with their outcome, reason, `new_viewer` and `new_viewer_day`: a view's; a
     reaction's state if it is its (user, video) pair's latest by `rules.reaction_order` (ts,
     event_id), else null (not with `alone`); for any other row (only with `alone`) a null outcome.
@@ -186,10 +194,14 @@ def _outcomes(decided: DataFrame, alone: bool) -> DataFrame:
             else F.max(F.when(_candidate(loop), F.col("view_window"))).over(in_day.rowsBetween(*before))
             for name, loop in _HYPOTHESES.items()
         },
-        "_replay": is_replay_loop(F.lit(1) if alone else F.count(F.lit(1)).over(in_day.rowsBetween(*whole))),
+        "_replay": is_replay_loop(
+            F.lit(1) if alone else F.count(F.lit(1)).over(in_day.rowsBetween(*whole)), bot_filter
+        ),
     }
     judged = (decided if alone else decided.repartition(_VIEWER_HASH)).withColumns(signals)
-    judged = judged.withColumn("reason", rejection_reason(static, F.col("_busy"), F.col("_replay")))
+    judged = judged.withColumn(
+        "reason", rejection_reason(static, F.col("_busy"), F.col("_replay"), bot_filter)
+    )
     reaction_order = F.struct("ts", "event_id")  # `rules.reaction_order`
     whole_pair = Window.partitionBy(*viewer_key)
     latest = F.lit(False) if alone else reaction_order == F.max(reaction_order).over(whole_pair)
@@ -227,7 +239,7 @@ def _outcomes(decided: DataFrame, alone: bool) -> DataFrame:
     )
 
 
-def _judged(rows: DataFrame) -> DataFrame:
+def _judged(rows: DataFrame, bot_filter: BotFilter) -> DataFrame:
     """Each row's outcome (`_outcomes`). A view's: short, rejected (as a bot) with its reason, a
     repeat within its window, or counted (the first qualified human view of its window by
     ingestion order), and whether it is the first counted view of its viewer for the video
@@ -241,16 +253,19 @@ def _judged(rows: DataFrame) -> DataFrame:
     every kept row).
     """
     together = (is_view() & F.col(_SHARED)) | _is_kept_reaction()
-    busy = _busy_addresses(rows.where(is_view()))
-    alone = _outcomes(_decided(rows.where(~together), busy), alone=True)
-    return alone.unionByName(_outcomes(_decided(rows.where(together), busy), alone=False))
+    busy = _busy_addresses(rows.where(is_view()), bot_filter)
+    alone = _outcomes(_decided(rows.where(~together), busy, bot_filter), alone=True, bot_filter=bot_filter)
+    return alone.unionByName(
+        _outcomes(_decided(rows.where(together), busy, bot_filter), alone=False, bot_filter=bot_filter)
+    )
 
 
-def classify(events: DataFrame) -> DataFrame:
+def classify(events: DataFrame, bot_filter: BotFilter = SHIPPED) -> DataFrame:
     """One row per deduplicated event with what it counts as: `outcome` (a view's outcome, a
-    latest reaction's state, else null), `reason` of a rejected view, `viewer`, `view_window`,
-    `day`, and for counted views whether they bring a new viewer (`new_viewer`: of the video,
-    `new_viewer_day`: of the video that day). The columns are `CLASSIFIED`."""
+    latest reaction's state, else null), `reason` of a rejected view (by the rules of
+    `bot_filter`), `viewer`, `view_window`, `day`, and for counted views whether they bring a new
+    viewer (`new_viewer`: of the video, `new_viewer_day`: of the video that day). The columns are
+    `CLASSIFIED`."""
     # The static bot signals are properties of a row: computed first, they let the wide columns
     # they read go before the shuffles. Only what the rules read crosses the deduplication.
     view = is_view()
@@ -258,7 +273,7 @@ def classify(events: DataFrame) -> DataFrame:
     # Which ids may have copies and which views may share their (video, viewer) with others: one
     # aggregate over the log before anything is kept, so the reads after test two columns.
     hashes = {REPEATED: id_hash(), _SHARED: F.when(view, _pair_hash(viewer()))}
-    narrow = mark_repeated(with_static_signals(events), hashes).select(
+    narrow = mark_repeated(with_static_signals(events, bot_filter), hashes).select(
         "event_id",
         "type",
         "video_id",
@@ -284,7 +299,7 @@ def classify(events: DataFrame) -> DataFrame:
         .withColumn("day", floor_div("ts", rules.DAY_MS))
         .withColumn("view_window", floor_div("ts", rules.VIEW_WINDOW_MS))
     )
-    return _judged(timed).select(*CLASSIFIED)
+    return _judged(timed, bot_filter).select(*CLASSIFIED)
 
 
 # The outcomes `grain_counts` counts, in the order of their codes.
@@ -377,6 +392,6 @@ def daily_video_counts(classified: DataFrame) -> DataFrame:
     return daily_totals(grain_counts(classified))
 
 
-def transform(events: DataFrame) -> DataFrame:
+def transform(events: DataFrame, bot_filter: BotFilter = SHIPPED) -> DataFrame:
     """Log rows (the log's columns) -> per-video counts with the baseline's columns."""
-    return video_counts(classify(events))
+    return video_counts(classify(events, bot_filter))

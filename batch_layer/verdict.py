@@ -1,15 +1,16 @@
-"""Bot verdicts of views in Spark, with the rules of `counting.bots` computed once per distinct value.
+"""Bot verdicts of views in Spark, with the rules of a `counting.bots.BotFilter` computed once per
+distinct value.
 
-The signals of a user agent, an address and a TLS fingerprint are computed by `counting.bots` on
-the driver, once per distinct value, and only the flagged values go back to the rows. The watch
-anomaly and the two window thresholds are Column expressions of the constants of `counting.bots`.
-The verdict of each of the 64 combinations of signals is `bots.rejection_reason`, evaluated on the
-driver and applied as an array indexed by the mask, so weights, the reject score and the tie-break exist once.
+The signals of a user agent, an address and a TLS fingerprint are computed by the filter on the
+driver, once per distinct value, and only the flagged values go back to the rows. The watch
+anomaly and the two window thresholds are Column expressions of the filter's thresholds. The
+verdict of each of the 64 combinations of signals is the filter's `rejection_reason`, evaluated on
+the driver and applied as an array indexed by the mask, so weights, the reject score and the
+tie-break exist once.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import itertools
 from collections.abc import Callable
 from functools import reduce
@@ -18,6 +19,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from counting import bots
+from counting.bots import BotFilter
 
 STATIC_SIGNALS = "static_signals"
 
@@ -84,8 +86,8 @@ def _group_texts(first: int, last: int) -> set[str]:
     return texts
 
 
-def _may_be_datacenter_ip(ip: Column) -> Column:
-    """A necessary condition of `bots.is_datacenter_ip`, from `bots.DATACENTER_RANGES`.
+def _may_be_datacenter_ip(ip: Column, bot_filter: BotFilter) -> Column:
+    """A necessary condition of `is_datacenter_ip`, from the filter's data-centre ranges.
 
     An address Python's `ipaddress` accepts without `:` is IPv4 whose first octet is written in
     plain decimal; an IPv6 one starts with its first group in 1 to 4 hex digits (empty before
@@ -97,8 +99,7 @@ def _may_be_datacenter_ip(ip: Column) -> Column:
     """
     octets: set[str] = set()
     groups: set[str] = set()
-    for text in bots.DATACENTER_RANGES:
-        network = ipaddress.ip_network(text)
+    for network in bot_filter.datacenter.networks:
         first, last = int(network.network_address), int(network.broadcast_address)
         if network.version == 4:
             octets.update(str(octet) for octet in range(first >> 24, (last >> 24) + 1))
@@ -110,11 +111,12 @@ def _may_be_datacenter_ip(ip: Column) -> Column:
     return F.when(ip.contains(":"), v6).otherwise(v4)
 
 
-def _is_watch_anomaly() -> Column:
-    """`bots.is_watch_anomaly` as a Column: over the plausible maximum, or over the video's length."""
+def _is_watch_anomaly(bot_filter: BotFilter) -> Column:
+    """`is_watch_anomaly` as a Column: over the plausible maximum, or over the video's length."""
     watched, duration = F.col("watch_secs"), F.col("video_duration_secs")
-    over_length = watched > duration * F.lit(bots.WATCH_OVERRUN_FACTOR) + F.lit(bots.WATCH_OVERRUN_SLACK_SECS)
-    too_long = watched > F.lit(bots.MAX_WATCH_SECS)
+    allowance = duration * F.lit(bot_filter.watch_overrun_factor) + F.lit(bot_filter.watch_overrun_slack_secs)
+    over_length = watched > allowance
+    too_long = watched > F.lit(bot_filter.max_watch_secs)
     return F.coalesce(too_long | over_length, too_long)
 
 
@@ -125,7 +127,7 @@ def _mask(flags: dict[str, Column]) -> Column:
     return reduce(lambda a, b: a + b, bits)
 
 
-def with_static_signals(events: DataFrame) -> DataFrame:
+def with_static_signals(events: DataFrame, bot_filter: BotFilter) -> DataFrame:
     """Add `static_signals`: the mask of the signals a view shows on its own (agent, address,
     fingerprint, watch time); null for other rows.
 
@@ -136,41 +138,48 @@ def with_static_signals(events: DataFrame) -> DataFrame:
     flagged = _flagged_values(
         events.where(F.col("type") == "view"),  # the only rows the signals matter for
         {
-            "user_agent": (bots.is_scripted_agent, F.lit(True)),
-            "ja3": (bots.is_bad_ja3, F.lit(True)),
-            "ip": (bots.is_datacenter_ip, _may_be_datacenter_ip(F.col("ip"))),
+            "user_agent": (bot_filter.is_scripted_agent, F.lit(True)),
+            "ja3": (bot_filter.is_bad_ja3, F.lit(True)),
+            "ip": (bot_filter.is_datacenter_ip, _may_be_datacenter_ip(F.col("ip"), bot_filter)),
         },
     )
     signals = {"user_agent": bots.SCRIPTED_AGENT, "ja3": bots.BAD_TLS, "ip": bots.DATACENTER_IP}
     static: dict[str, Column] = {}
     for column, signal in signals.items():
-        events, static[signal.name] = _flag(events, column, flagged[column], f"_is_{signal.name}")
-    static[bots.WATCH_ANOMALY.name] = _is_watch_anomaly()
+        events, static[signal] = _flag(events, column, flagged[column], f"_is_{signal}")
+    static[bots.WATCH_ANOMALY] = _is_watch_anomaly(bot_filter)
     # One projection adds the mask (each DataFrame step analyses the whole plan again, about 0.3 s
     # with the flagged addresses in it); join columns, if any, go with the columns of the log.
     return events.select(*log_columns, F.when(F.col("type") == "view", _mask(static)).alias(STATIC_SIGNALS))
 
 
-def is_high_velocity(address_views: Column) -> Column:
-    """`bots.is_high_velocity` of the views from an address in a minute."""
-    return address_views > F.lit(bots.MAX_VIEWS_PER_ADDRESS_MINUTE)
+def is_high_velocity(address_views: Column, bot_filter: BotFilter) -> Column:
+    """`is_high_velocity` of the views from an address in a minute."""
+    return address_views > F.lit(bot_filter.max_views_per_address_minute)
 
 
-def is_replay_loop(viewer_views: Column) -> Column:
-    """`bots.is_replay_loop` of the views of a video by a viewer in a day."""
-    return viewer_views > F.lit(bots.MAX_REPLAYS_PER_DAY)
+def allowed_addresses(addresses: list[str], bot_filter: BotFilter) -> list[str]:
+    """The addresses of the list that the filter's allow-list holds (no address signal for them)."""
+    return sorted(ip for ip in set(addresses) if bot_filter.is_allowed_ip(ip))
 
 
-def rejection_reason(static: Column, high_velocity: Column, replay_loop: Column) -> Column:
+def is_replay_loop(viewer_views: Column, bot_filter: BotFilter) -> Column:
+    """`is_replay_loop` of the views of a video by a viewer in a day."""
+    return viewer_views > F.lit(bot_filter.max_replays_per_day)
+
+
+def rejection_reason(
+    static: Column, high_velocity: Column, replay_loop: Column, bot_filter: BotFilter
+) -> Column:
     """The reason a view is rejected as a bot view (null: it is not), from its static signal mask
     (`with_static_signals`) and its two window signals."""
-    window = {bots.ADDRESS_VELOCITY.name: high_velocity, bots.REPLAY_RATE.name: replay_loop}
-    return _reason_table()[static + _mask(window)]
+    window = {bots.ADDRESS_VELOCITY: high_velocity, bots.REPLAY_RATE: replay_loop}
+    return _reason_table(bot_filter)[static + _mask(window)]
 
 
-def _reason_table() -> Column:
-    """`bots.REJECTION_BY_MASK` as an array literal indexed by the mask (a map literal is searched
-    key by key, boxing each key), made in one call to the JVM as `_is_in` makes its list."""
+def _reason_table(bot_filter: BotFilter) -> Column:
+    """The filter's `rejection_by_mask` as an array literal indexed by the mask (a map literal is
+    searched key by key, boxing each key), made in one call to the JVM as `_is_in` makes its list."""
     null = "CAST(NULL AS STRING)"
-    items = (null if reason is None else _string_literal(reason) for reason in bots.REJECTION_BY_MASK)
+    items = (null if reason is None else _string_literal(reason) for reason in bot_filter.rejection_by_mask)
     return F.expr(f"array({', '.join(items)})")

@@ -37,7 +37,7 @@ import pyarrow as pa
 
 from bench.batch_rules import count_videos, log_relation
 from bench.batch_traffic import BenchTraffic, write_bench_log
-from counting.rules import RULES_VERSION
+from counting.bots import SHIPPED
 from counting.settings import Settings
 
 RESULTS = Path(__file__).resolve().parent / "results" / "batch_layer.json"
@@ -127,7 +127,7 @@ def run_spark(
         grain = grain_counts(classify(events), settings.bucket_ms).cache()
         table = load.baseline_table(video_totals(grain))
         baseline_seconds = time.monotonic() - started
-        load.write_daily(settings, "bench", RULES_VERSION, daily_totals(grain))
+        load.write_daily(settings, "bench", SHIPPED.version, daily_totals(grain))
         write_series(settings, "bench", bucket_totals(grain))
         job_seconds = time.monotonic() - started
         grain.unpersist()
@@ -227,7 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "per_video_equal": differing == 0,
         "videos_differing": differing,
         "counted_views": sum(spark_table["views"].to_pylist()),
-        "rules_version": RULES_VERSION,
+        "rules_version": SHIPPED.version,
         "machine": _machine(),
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -20,9 +20,9 @@ _SIGNAL_REASONS = frozenset(bots.REASONS)
 
 
 def _networks_relation() -> str:
-    """`counting.bots.DATACENTER_RANGES` as a VALUES relation of (version, first, last) integers."""
+    """The shipped data-centre ranges as a VALUES relation of (version, first, last) integers."""
     rows = []
-    for text in bots.DATACENTER_RANGES:
+    for text in bots.SHIPPED.rules.addresses.datacenter:
         network = ipaddress.ip_network(text)
         first, last = int(network.network_address), int(network.broadcast_address)
         rows.append(f"({network.version}, {first}::uhugeint, {last}::uhugeint)")
@@ -52,20 +52,20 @@ def rules_variables(log: str, cutoff_ms: int) -> dict[str, str]:
         "day_ms": literal(rules.DAY_MS),
         "view_window_ms": literal(rules.VIEW_WINDOW_MS),
         "min_watch_secs": literal(rules.MIN_WATCH_SECS),
-        "scripted_agent_pattern": literal(bots.SCRIPTED_AGENT_PATTERN),
-        "bad_ja3": "(" + ", ".join(literal(v) for v in sorted(bots.BAD_JA3)) + ")",
+        "scripted_agent_pattern": literal(bots.SHIPPED.scripted_pattern),
+        "bad_ja3": "(" + ", ".join(literal(v) for v in sorted(bots.SHIPPED.bad_ja3)) + ")",
         "datacenter_networks": _networks_relation(),
-        "max_watch_secs": literal(bots.MAX_WATCH_SECS),
-        "watch_overrun_factor": literal(bots.WATCH_OVERRUN_FACTOR),
-        "watch_overrun_slack_secs": literal(bots.WATCH_OVERRUN_SLACK_SECS),
-        "max_views_per_address_minute": literal(bots.MAX_VIEWS_PER_ADDRESS_MINUTE),
-        "max_replays_per_day": literal(bots.MAX_REPLAYS_PER_DAY),
-        "reject_score": literal(bots.REJECT_SCORE),
+        "max_watch_secs": literal(bots.SHIPPED.max_watch_secs),
+        "watch_overrun_factor": literal(bots.SHIPPED.watch_overrun_factor),
+        "watch_overrun_slack_secs": literal(bots.SHIPPED.watch_overrun_slack_secs),
+        "max_views_per_address_minute": literal(bots.SHIPPED.max_views_per_address_minute),
+        "max_replays_per_day": literal(bots.SHIPPED.max_replays_per_day),
+        "reject_score": literal(bots.SHIPPED.reject_score),
         "reaction_states": _reaction_states_relation(),
         "liked": literal(rules.LIKED),
         "disliked": literal(rules.DISLIKED),
     }
-    for rank, signal in enumerate(bots.SIGNALS):
+    for rank, signal in enumerate(tuple(bots.SHIPPED.signals.values())):
         variables[f"{signal.name}_weight"] = literal(float(signal.weight))
         variables[f"{signal.name}_rank"] = literal(rank)
     return variables

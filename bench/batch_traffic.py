@@ -76,7 +76,7 @@ def _home_addresses(count: int, rng: np.random.Generator) -> pa.Array:
 
 
 def _datacenter_addresses(count: int, rng: np.random.Generator) -> pa.Array:
-    nets = [ipaddress.ip_network(r) for r in bots.DATACENTER_RANGES]
+    nets = [ipaddress.ip_network(r) for r in bots.SHIPPED.rules.addresses.datacenter]
     out = []
     for i in range(count):
         net = nets[i % len(nets)]
@@ -127,7 +127,7 @@ def write_bench_log(
     homes = _home_addresses(max(1, viewers * 5 // 6), rng)
     datacenter = _datacenter_addresses(2_000, rng)
     agents = pa.array([agent for agent, _ in BROWSERS] + list(HEADLESS_AGENTS))
-    fingerprints = pa.array([ja3 for _, ja3 in BROWSERS] + sorted(bots.BAD_JA3))
+    fingerprints = pa.array([ja3 for _, ja3 in BROWSERS] + sorted(bots.SHIPPED.bad_ja3))
     writer = _Writer(raw_dir)
     made = 0
     chunk = 0
@@ -221,7 +221,7 @@ def _fill(
     viewer[rewatch], video[rewatch] = viewer[source], video[source]
     ts[rewatch] = np.maximum(ts[rewatch], ts[source] + 60_000)
     # velocity: bursts of 31..120 views from one address inside one minute
-    burst = np.cumsum(velocity) // rng.integers(2 * bots.MAX_VIEWS_PER_ADDRESS_MINUTE, 90)
+    burst = np.cumsum(velocity) // rng.integers(2 * bots.SHIPPED.max_views_per_address_minute, 90)
     minute_start = (ts // rules.MINUTE_MS) * rules.MINUTE_MS
     first_of_burst = np.zeros(n, dtype=np.int64)
     v_idx = np.flatnonzero(velocity)
@@ -231,7 +231,7 @@ def _fill(
         first_of_burst[v_idx] = starts[np.searchsorted(np.unique(burst[v_idx]), burst[v_idx])]
         ts[v_idx] = first_of_burst[v_idx] + rng.integers(0, rules.MINUTE_MS, len(v_idx))
     # replay: loops of 13..36 views of one video by one account on one day
-    loop = np.cumsum(replay) // (bots.MAX_REPLAYS_PER_DAY + 8)
+    loop = np.cumsum(replay) // (bots.SHIPPED.max_replays_per_day + 8)
     r_idx = np.flatnonzero(replay)
     if len(r_idx):
         day_start = (ts[r_idx] // rules.DAY_MS) * rules.DAY_MS
@@ -260,7 +260,7 @@ def _fill(
     agent_of = np.where(headless, len(BROWSERS) + raw["index"] % len(HEADLESS_AGENTS), agent_of)
     ja3_of = viewer % len(BROWSERS)
     bad = dc & (raw["u"] < 0.5) | human_view & (raw["u"] < 0.005)
-    ja3_of = np.where(bad, len(BROWSERS) + raw["index"] % len(bots.BAD_JA3), ja3_of)
+    ja3_of = np.where(bad, len(BROWSERS) + raw["index"] % len(bots.SHIPPED.bad_ja3), ja3_of)
     # what: watch times (bounces, anomalies), reaction types
     duration = durations[video]
     watched = np.minimum(duration * rng.beta(1.6, 1.2, n), rng.exponential(600.0, n))
@@ -268,7 +268,7 @@ def _fill(
     watched = np.where(bounce, rng.uniform(1.0, rules.MIN_WATCH_SECS - 0.1, n), watched)
     watched = np.where(bot, rng.uniform(rules.MIN_WATCH_SECS, 300.0, n), watched)
     anomaly = dc & (raw["u"] > 0.7) | human_view & ((raw["u"] > 0.998) | (raw["u"] < 0.002))
-    overrun = duration * bots.WATCH_OVERRUN_FACTOR + bots.WATCH_OVERRUN_SLACK_SECS + 30.0
+    overrun = duration * bots.SHIPPED.watch_overrun_factor + bots.SHIPPED.watch_overrun_slack_secs + 30.0
     watched = np.where(anomaly, overrun, watched)
     watched = np.maximum(1.0, watched).round(1)
     is_view = ~(heartbeat | reaction)

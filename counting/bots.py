@@ -1,76 +1,22 @@
-"""Bot scoring: six weighted signals with their thresholds as data, and the score that rejects."""
+"""Bot scoring: six weighted signals, their thresholds, weights and ranges read from a rules file
+(`counting.botrules`), and the score that rejects. `BotFilter` is one version of the rules made
+ready for the hot paths; every layer uses the filter of its settings (`filter_for`)."""
 
 from __future__ import annotations
 
 import ipaddress
+import logging
 import re
 import socket
 from bisect import bisect_right
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
+from counting.botrules import DEFAULT_RULES_FILE, BotRules, RulesError, load_rules, shipped_rules
 from counting.event import Event
-
-REJECT_SCORE = 1.0
-
-# Scripted or headless clients announce themselves in the user agent.
-SCRIPTED_AGENT_PATTERN = (
-    r"(?i)(headless|phantomjs|selenium|webdriver|puppeteer|playwright|python-requests|python-urllib"
-    r"|aiohttp|curl/|wget/|scrapy|httpclient|go-http-client|okhttp|java/|\bbot\b|spider|crawler)"
-)
-_SCRIPTED_AGENT_RE = re.compile(SCRIPTED_AGENT_PATTERN)
-
-# Published ranges of large cloud providers (a sample; extend as data, bump RULES_VERSION).
-DATACENTER_RANGES: tuple[str, ...] = (
-    "3.0.0.0/9",
-    "13.64.0.0/11",
-    "18.128.0.0/9",
-    "34.64.0.0/10",
-    "35.184.0.0/13",
-    "52.0.0.0/10",
-    "104.196.0.0/14",
-    "159.89.0.0/16",
-    "2600:1f00::/24",
-    "2a05:d000::/25",
-)
-_NETWORKS = tuple(ipaddress.ip_network(r) for r in DATACENTER_RANGES)
-
-
-def _ranges(version: int) -> tuple[list[int], list[int]]:
-    """The ranges of one IP version as sorted, disjoint (first, last) integers: starts and ends."""
-    starts: list[int] = []
-    ends: list[int] = []
-    for n in sorted(_NETWORKS, key=lambda n: int(n.network_address)):
-        first, last = int(n.network_address), int(n.broadcast_address)
-        if n.version != version:
-            continue
-        if ends and first <= ends[-1] + 1:
-            ends[-1] = max(ends[-1], last)
-        else:
-            starts.append(first)
-            ends.append(last)
-    return starts, ends
-
-
-_V4_STARTS, _V4_ENDS = _ranges(4)
-_V6_STARTS, _V6_ENDS = _ranges(6)
-_V4_MAPPED_PREFIX = int(ipaddress.IPv6Address("::ffff:0:0"))
-
-# TLS client fingerprints of scripting libraries and known farms.
-BAD_JA3: frozenset[str] = frozenset(
-    {
-        "3b5074b1b5d032e5620f69f9f700ff0e",
-        "b32309a26951912be7dba376398abc3b",
-        "6734f37431670b3ab4292b8f60f29984",
-        "e7d705a3286e19ea42f587b344ee6865",
-    }
-)
-
-MAX_VIEWS_PER_ADDRESS_MINUTE = 30
-MAX_REPLAYS_PER_DAY = 12
-WATCH_OVERRUN_FACTOR = 1.05
-WATCH_OVERRUN_SLACK_SECS = 5.0
-MAX_WATCH_SECS = 12 * 3600.0
+from counting.rules import RULES_VERSION
 
 
 @dataclass(frozen=True)
@@ -81,14 +27,15 @@ class Signal:
     weight: float
 
 
-SCRIPTED_AGENT = Signal("scripted_agent", 1.0)
-DATACENTER_IP = Signal("datacenter_ip", 0.6)
-ADDRESS_VELOCITY = Signal("address_velocity", 1.0)
-WATCH_ANOMALY = Signal("watch_anomaly", 0.5)
-REPLAY_RATE = Signal("replay_rate", 1.0)
-BAD_TLS = Signal("bad_ja3", 0.6)
-
-SIGNALS: tuple[Signal, ...] = (
+# The signals, by name (what a rejection records); their weights come from the rules.
+SCRIPTED_AGENT = "scripted_agent"
+ADDRESS_VELOCITY = "address_velocity"
+REPLAY_RATE = "replay_rate"
+DATACENTER_IP = "datacenter_ip"
+BAD_TLS = "bad_ja3"
+WATCH_ANOMALY = "watch_anomaly"
+# The order of the signals: ties between equally heavy signals go to the first (the reason).
+REASONS: tuple[str, ...] = (
     SCRIPTED_AGENT,
     ADDRESS_VELOCITY,
     REPLAY_RATE,
@@ -96,160 +43,254 @@ SIGNALS: tuple[Signal, ...] = (
     BAD_TLS,
     WATCH_ANOMALY,
 )
-REASONS: tuple[str, ...] = tuple(s.name for s in SIGNALS)
+# Bit i of a signal mask is signal i of MASK_ORDER. The first three are properties of the client alone.
+MASK_ORDER: tuple[str, ...] = (
+    SCRIPTED_AGENT,
+    DATACENTER_IP,
+    BAD_TLS,
+    WATCH_ANOMALY,
+    ADDRESS_VELOCITY,
+    REPLAY_RATE,
+)
+BIT: dict[str, int] = {name: 1 << i for i, name in enumerate(MASK_ORDER)}
+_SCRIPTED_BIT = BIT[SCRIPTED_AGENT]
+_DATACENTER_BIT = BIT[DATACENTER_IP]
+_BAD_TLS_BIT = BIT[BAD_TLS]
+_WATCH_BIT = BIT[WATCH_ANOMALY]
+_VELOCITY_BIT = BIT[ADDRESS_VELOCITY]
+_REPLAY_BIT = BIT[REPLAY_RATE]
+# Not a signal: the client's address is on the allow-list, so no address signal fires for it.
+ALLOWED_BIT = 1 << len(MASK_ORDER)
+_V4_MAPPED_PREFIX = int(ipaddress.IPv6Address("::ffff:0:0"))
+log = logging.getLogger(__name__)
 
 
-@lru_cache(maxsize=65_536)
-def is_scripted_agent(user_agent: str | None) -> bool:
-    return user_agent is not None and _SCRIPTED_AGENT_RE.search(user_agent) is not None
+class _Ranges:
+    """Address ranges as sorted, disjoint (first, last) integers per IP version, looked up by
+    bisection (an IPv4-mapped IPv6 address is looked up as its IPv4)."""
+
+    def __init__(self, texts: Iterable[str]) -> None:
+        self.networks = tuple(ipaddress.ip_network(text) for text in texts)
+        self._v4 = self._merged(4)
+        self._v6 = self._merged(6)
+
+    def _merged(self, version: int) -> tuple[list[int], list[int]]:
+        starts: list[int] = []
+        ends: list[int] = []
+        for n in sorted(self.networks, key=lambda n: (n.version, int(n.network_address))):
+            if n.version != version:
+                continue
+            first, last = int(n.network_address), int(n.broadcast_address)
+            if ends and first <= ends[-1] + 1:
+                ends[-1] = max(ends[-1], last)
+            else:
+                starts.append(first)
+                ends.append(last)
+        return starts, ends
+
+    def __contains__(self, ip: str) -> bool:
+        """Plain addresses are parsed by `socket.inet_pton` (a strict subset of what `ipaddress`
+        accepts, about 20 times faster); the rest (e.g. scoped IPv6) go through `ipaddress`."""
+        try:
+            return _in(int.from_bytes(socket.inet_pton(socket.AF_INET, ip)), self._v4)
+        except OSError:
+            pass
+        try:
+            value = int.from_bytes(socket.inet_pton(socket.AF_INET6, ip))
+        except OSError:
+            return self._contains_parsed(ip)
+        if value >> 32 == _V4_MAPPED_PREFIX >> 32:
+            return _in(value & 0xFFFFFFFF, self._v4)
+        return _in(value, self._v6)
+
+    def _contains_parsed(self, ip: str) -> bool:
+        try:
+            address = ipaddress.ip_address(ip)
+        except ValueError:
+            return False
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        return any(address.version == n.version and address in n for n in self.networks)
 
 
-@lru_cache(maxsize=262_144)
-def is_datacenter_ip(ip: str | None) -> bool:
-    """In a data-centre range (an IPv4-mapped IPv6 address counts as its IPv4); remembered per
-    address, since the counter's hot path asks for the same addresses again and again.
-
-    Plain addresses are parsed by `socket.inet_pton` (it accepts a strict subset of what
-    `ipaddress` does, about 20 times faster); the rest (e.g. scoped IPv6) go through `ipaddress`."""
-    if ip is None:
-        return False
-    try:
-        return _in_ranges(int.from_bytes(socket.inet_pton(socket.AF_INET, ip)), _V4_STARTS, _V4_ENDS)
-    except OSError:
-        pass
-    try:
-        value = int.from_bytes(socket.inet_pton(socket.AF_INET6, ip))
-    except OSError:
-        return _is_datacenter_address(ip)
-    if value >> 32 == _V4_MAPPED_PREFIX >> 32:
-        return _in_ranges(value & 0xFFFFFFFF, _V4_STARTS, _V4_ENDS)
-    return _in_ranges(value, _V6_STARTS, _V6_ENDS)
-
-
-def _in_ranges(value: int, starts: list[int], ends: list[int]) -> bool:
+def _in(value: int, ranges: tuple[list[int], list[int]]) -> bool:
+    starts, ends = ranges
     at = bisect_right(starts, value) - 1
     return at >= 0 and value <= ends[at]
 
 
-def _is_datacenter_address(ip: str) -> bool:
-    """`is_datacenter_ip` through the `ipaddress` module (forms `inet_pton` refuses)."""
-    try:
-        address = ipaddress.ip_address(ip)
-    except ValueError:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return any(address.version == n.version and address in n for n in _NETWORKS)
+class BotFilter:
+    """One version of the bot rules, ready for the hot paths: the signals of a client are
+    remembered per client (the counter sees the same clients again and again), and the verdict of
+    every combination of signals is a table lookup (`rejection_by_mask`)."""
 
+    def __init__(self, rules: BotRules) -> None:
+        self.rules = rules
+        self.version = f"{RULES_VERSION}+{rules.version}"  # the counting code's, then the file's
+        thresholds = rules.thresholds
+        self.max_views_per_address_minute = thresholds.max_views_per_address_minute
+        self.max_replays_per_day = thresholds.max_replays_per_day
+        self.watch_overrun_factor = thresholds.watch_overrun_factor
+        self.watch_overrun_slack_secs = thresholds.watch_overrun_slack_secs
+        self.max_watch_secs = thresholds.max_watch_secs
+        self.reject_score = rules.score.reject
+        self.signals: dict[str, Signal] = {name: Signal(name, rules.weight(name)) for name in REASONS}
+        self.scripted_pattern = rules.agents.scripted_pattern
+        self._scripted = re.compile(self.scripted_pattern)
+        self.datacenter = _Ranges(rules.addresses.datacenter)
+        self.allowed = _Ranges(rules.addresses.allow)
+        self.bad_ja3 = frozenset(rules.tls.bad_ja3)
+        self.client_mask: Callable[[str | None, str | None, str | None], int] = lru_cache(maxsize=262_144)(
+            self._client_mask
+        )
+        self.is_datacenter_ip: Callable[[str | None], bool] = lru_cache(maxsize=262_144)(
+            self._is_datacenter_ip
+        )
+        self.is_allowed_ip: Callable[[str | None], bool] = lru_cache(maxsize=262_144)(self._is_allowed_ip)
+        # The rejection reason of every mask (None: not rejected): `rejection_reason` evaluated once
+        # per combination of signals, so a hot path decides a view with one lookup.
+        self.rejection_by_mask: tuple[str | None, ...] = tuple(
+            self.rejection_reason(self.signals_of(mask)) for mask in range(1 << len(MASK_ORDER))
+        )
 
-def is_bad_ja3(ja3: str | None) -> bool:
-    return ja3 is not None and ja3.lower() in BAD_JA3
+    def is_scripted_agent(self, user_agent: str | None) -> bool:
+        return user_agent is not None and self._scripted.search(user_agent) is not None
 
+    def _is_datacenter_ip(self, ip: str | None) -> bool:
+        """In a data-centre range and not on the allow-list."""
+        return ip is not None and ip in self.datacenter and not self.is_allowed_ip(ip)
 
-def is_watch_anomaly(watch_secs: float | None, duration_secs: float | None) -> bool:
-    """Watched longer than the video allows, or longer than anyone plausibly watches."""
-    if watch_secs is None:
-        return False
-    if watch_secs > MAX_WATCH_SECS:
-        return True
-    if duration_secs is None:
-        return False
-    return watch_secs > duration_secs * WATCH_OVERRUN_FACTOR + WATCH_OVERRUN_SLACK_SECS
+    def _is_allowed_ip(self, ip: str | None) -> bool:
+        return ip is not None and ip in self.allowed
 
+    def is_bad_ja3(self, ja3: str | None) -> bool:
+        return ja3 is not None and ja3.lower() in self.bad_ja3
 
-def is_high_velocity(views_from_address_this_minute: int) -> bool:
-    return views_from_address_this_minute > MAX_VIEWS_PER_ADDRESS_MINUTE
+    def is_watch_anomaly(self, watch_secs: float | None, duration_secs: float | None) -> bool:
+        """Watched longer than the video allows, or longer than anyone plausibly watches."""
+        if watch_secs is None:
+            return False
+        if watch_secs > self.max_watch_secs:
+            return True
+        if duration_secs is None:
+            return False
+        return watch_secs > duration_secs * self.watch_overrun_factor + self.watch_overrun_slack_secs
 
+    def is_high_velocity(self, views_from_address_this_minute: int) -> bool:
+        return views_from_address_this_minute > self.max_views_per_address_minute
 
-def is_replay_loop(views_by_viewer_of_video_today: int) -> bool:
-    return views_by_viewer_of_video_today > MAX_REPLAYS_PER_DAY
+    def is_replay_loop(self, views_by_viewer_of_video_today: int) -> bool:
+        return views_by_viewer_of_video_today > self.max_replays_per_day
 
+    def _client_mask(self, user_agent: str | None, ip: str | None, ja3: str | None) -> int:
+        """The mask of the signals a client shows by itself (its agent, address and TLS
+        fingerprint), with ALLOWED_BIT if its address is on the allow-list."""
+        mask = 0
+        if self.is_scripted_agent(user_agent):
+            mask |= _SCRIPTED_BIT
+        if self.is_allowed_ip(ip):
+            mask |= ALLOWED_BIT
+        elif self.is_datacenter_ip(ip):
+            mask |= _DATACENTER_BIT
+        if self.is_bad_ja3(ja3):
+            mask |= _BAD_TLS_BIT
+        return mask
 
-# Bit i of a signal mask is signal i of MASK_ORDER: the order `signals` lists them, which is the
-# order `score` adds their weights in. The first three are properties of the client alone.
-MASK_ORDER: tuple[Signal, ...] = (
-    SCRIPTED_AGENT,
-    DATACENTER_IP,
-    BAD_TLS,
-    WATCH_ANOMALY,
-    ADDRESS_VELOCITY,
-    REPLAY_RATE,
-)
-BIT: dict[str, int] = {signal.name: 1 << i for i, signal in enumerate(MASK_ORDER)}
-_SCRIPTED_BIT = BIT[SCRIPTED_AGENT.name]
-_DATACENTER_BIT = BIT[DATACENTER_IP.name]
-_BAD_TLS_BIT = BIT[BAD_TLS.name]
-_WATCH_BIT = BIT[WATCH_ANOMALY.name]
-_VELOCITY_BIT = BIT[ADDRESS_VELOCITY.name]
-_REPLAY_BIT = BIT[REPLAY_RATE.name]
+    def view_mask(
+        self,
+        client: int,
+        watch_secs: float | None,
+        duration_secs: float | None,
+        address_minute_views: int,
+        viewer_day_views: int,
+    ) -> int:
+        """The mask of every signal of a view, from its client's mask (`client_mask`), its watch
+        time and its window counts (views from its address in its minute, views of its video by its
+        viewer in its day). An allowed address never shows the velocity signal."""
+        mask = client & ~ALLOWED_BIT
+        if self.is_watch_anomaly(watch_secs, duration_secs):
+            mask |= _WATCH_BIT
+        if not client & ALLOWED_BIT and self.is_high_velocity(address_minute_views):
+            mask |= _VELOCITY_BIT
+        if self.is_replay_loop(viewer_day_views):
+            mask |= _REPLAY_BIT
+        return mask
 
+    def signals_of(self, mask: int) -> list[Signal]:
+        """The signals of a mask, in MASK_ORDER."""
+        return [self.signals[name] for bit, name in enumerate(MASK_ORDER) if mask >> bit & 1]
 
-@lru_cache(maxsize=262_144)
-def client_mask(user_agent: str | None, ip: str | None, ja3: str | None) -> int:
-    """The mask of the signals a client shows by itself: its agent, address and TLS fingerprint
-    (remembered per client: the counter's hot path sees the same clients again and again)."""
-    mask = 0
-    if is_scripted_agent(user_agent):
-        mask |= _SCRIPTED_BIT
-    if is_datacenter_ip(ip):
-        mask |= _DATACENTER_BIT
-    if is_bad_ja3(ja3):
-        mask |= _BAD_TLS_BIT
-    return mask
+    def static_signals(self, event: Event) -> list[Signal]:
+        """The signals one event shows on its own, without any window."""
+        return self.signals_for(event, 0, 0)
 
+    def signals_for(self, event: Event, address_minute_views: int, viewer_day_views: int) -> list[Signal]:
+        """Every signal of a view, given its window counts (views from its address in its minute,
+        views of its video by its viewer in its day)."""
+        client = self.client_mask(event.user_agent, event.ip, event.ja3)
+        return self.signals_of(
+            self.view_mask(
+                client, event.watch_secs, event.video_duration_secs, address_minute_views, viewer_day_views
+            )
+        )
 
-def view_mask(
-    client: int,
-    watch_secs: float | None,
-    duration_secs: float | None,
-    address_minute_views: int,
-    viewer_day_views: int,
-) -> int:
-    """The mask of every signal of a view, from its client's mask (`client_mask`), its watch time
-    and its window counts (views from its address in its minute, views of its video by its viewer
-    in its day)."""
-    mask = client
-    if is_watch_anomaly(watch_secs, duration_secs):
-        mask |= _WATCH_BIT
-    if is_high_velocity(address_minute_views):
-        mask |= _VELOCITY_BIT
-    if is_replay_loop(viewer_day_views):
-        mask |= _REPLAY_BIT
-    return mask
-
-
-def signals_of(mask: int) -> list[Signal]:
-    """The signals of a mask, in MASK_ORDER."""
-    return [signal for bit, signal in enumerate(MASK_ORDER) if mask >> bit & 1]
-
-
-def static_signals(event: Event) -> list[Signal]:
-    """The signals one event shows on its own, without any window."""
-    return signals(event, 0, 0)
-
-
-def signals(event: Event, address_minute_views: int, viewer_day_views: int) -> list[Signal]:
-    """Every signal of a view, given its window counts (views from its address in its minute,
-    views of its video by its viewer in its day)."""
-    client = client_mask(event.user_agent, event.ip, event.ja3)
-    return signals_of(
-        view_mask(client, event.watch_secs, event.video_duration_secs, address_minute_views, viewer_day_views)
-    )
+    def rejection_reason(self, found: list[Signal]) -> str | None:
+        """The reason recorded for a rejected view (its heaviest signal), or None if it is not rejected."""
+        if score(found) < self.reject_score:
+            return None
+        return min(found, key=lambda s: (-s.weight, REASONS.index(s.name))).name
 
 
 def score(found: list[Signal]) -> float:
     return sum(s.weight for s in found)
 
 
-def rejection_reason(found: list[Signal]) -> str | None:
-    """The reason recorded for a rejected view (its heaviest signal), or None if it is not rejected."""
-    if score(found) < REJECT_SCORE:
-        return None
-    return min(found, key=lambda s: (-s.weight, SIGNALS.index(s))).name
+@lru_cache(maxsize=8)
+def _filter(path: Path, mtime_ns: int, size: int) -> BotFilter:
+    if path == DEFAULT_RULES_FILE:
+        return BotFilter(shipped_rules())
+    return BotFilter(load_rules(path))
 
 
-# The rejection reason of every mask (None: not rejected), so a hot path decides a view with one
-# lookup; it is `rejection_reason` itself, evaluated once per combination of signals.
-REJECTION_BY_MASK: tuple[str | None, ...] = tuple(
-    rejection_reason(signals_of(mask)) for mask in range(1 << len(MASK_ORDER))
-)
+def filter_of(path: Path | None) -> BotFilter:
+    """The filter of the rules file at `path` (None: the rules shipped with Tally), read again when
+    the file changes; raises `RulesError` for a file that does not pass the check."""
+    path = DEFAULT_RULES_FILE if path is None else path
+    try:
+        stat = path.stat()
+    except OSError:
+        return BotFilter(load_rules(path))  # raises the RulesError that says why
+    return _filter(path, stat.st_mtime_ns, stat.st_size)
+
+
+SHIPPED = filter_of(None)
+
+
+class RulesInUse:
+    """The rules of a file that operators may edit while a worker runs: read again when the file
+    changes; a changed file that does not pass the check is logged and the rules in use keep
+    running. A file that does not pass when the worker starts raises `RulesError`."""
+
+    def __init__(self, path: Path | None) -> None:
+        self._path = path
+        self.filter = filter_of(path)
+        self._refused: str | None = None
+
+    def current(self) -> BotFilter:
+        try:
+            found = filter_of(self._path)
+        except RulesError as exc:
+            if str(exc) != self._refused:
+                self._refused = str(exc)
+                log.error(
+                    "bot rules refused: %s; still counting with rules %s (fix the file, check it with "
+                    "'tally rules check')",
+                    exc,
+                    self.filter.version,
+                )
+            return self.filter
+        if found is not self.filter and found.rules != self.filter.rules:
+            log.warning("bot rules changed from %s to %s", self.filter.version, found.version)
+            self.filter = found
+        self._refused = None
+        return self.filter

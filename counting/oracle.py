@@ -6,7 +6,8 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from counting import bots, rules
+from counting import rules
+from counting.bots import SHIPPED, BotFilter
 from counting.event import Event
 
 
@@ -48,7 +49,7 @@ def reactions(events: Iterable[Event]) -> dict[tuple[str, str], str]:
     return {pair: rules.reaction_state(e.type) for pair, e in latest.items()}
 
 
-def view_verdicts(events: list[Event]) -> list[tuple[Event, str | None]]:
+def view_verdicts(events: list[Event], bot_filter: BotFilter = SHIPPED) -> list[tuple[Event, str | None]]:
     """Each deduplicated view with the reason it is not counted as a bot view (None: human)."""
     views = [e for e in events if e.type == "view"]
     per_address = Counter((e.ip, rules.minute_of(e.ts)) for e in views if e.ip is not None)
@@ -57,7 +58,9 @@ def view_verdicts(events: list[Event]) -> list[tuple[Event, str | None]]:
     for e in views:
         address_views = per_address[(e.ip, rules.minute_of(e.ts))] if e.ip is not None else 0
         viewer_views = per_viewer[(e.video_id, rules.viewer_of(e), rules.day_of(e.ts))]
-        verdicts.append((e, bots.rejection_reason(bots.signals(e, address_views, viewer_views))))
+        verdicts.append(
+            (e, bot_filter.rejection_reason(bot_filter.signals_for(e, address_views, viewer_views)))
+        )
     return verdicts
 
 
@@ -67,12 +70,12 @@ REPEAT = "repeat"
 REJECTED = "rejected"
 
 
-def view_outcomes(kept: list[Event]) -> list[tuple[Event, str, str | None]]:
+def view_outcomes(kept: list[Event], bot_filter: BotFilter = SHIPPED) -> list[tuple[Event, str, str | None]]:
     """Each deduplicated view (in first-copy order) with its outcome — counted, short, repeat or
     rejected — and the reason of a rejection."""
     windows: set[tuple[str, str, int]] = set()
     outcomes: list[tuple[Event, str, str | None]] = []
-    for event, reason in view_verdicts(kept):
+    for event, reason in view_verdicts(kept, bot_filter):
         if not rules.is_qualified_view(event):
             outcomes.append((event, SHORT, None))
         elif reason is not None:
@@ -84,17 +87,22 @@ def view_outcomes(kept: list[Event]) -> list[tuple[Event, str, str | None]]:
     return outcomes
 
 
-def counted_views(events: Iterable[Event], cutoff: int | None = None) -> list[Event]:
+def counted_views(
+    events: Iterable[Event], cutoff: int | None = None, bot_filter: BotFilter = SHIPPED
+) -> list[Event]:
     """The view events that count, one per (video, viewer, window), as of the cutoff."""
-    return [e for e, outcome, _ in view_outcomes(dedup(events, cutoff)) if outcome == COUNTED]
+    return [e for e, outcome, _ in view_outcomes(dedup(events, cutoff), bot_filter) if outcome == COUNTED]
 
 
-def count(events: Iterable[Event], cutoff: int | None = None) -> dict[str, VideoCounts]:
-    """Exact per-video counts over the events ingested before `cutoff` (all events if None)."""
+def count(
+    events: Iterable[Event], cutoff: int | None = None, bot_filter: BotFilter = SHIPPED
+) -> dict[str, VideoCounts]:
+    """Exact per-video counts over the events ingested before `cutoff` (all events if None), with
+    the bot rules of `bot_filter` (default: the rules shipped with Tally)."""
     kept = dedup(events, cutoff)
     result: dict[str, VideoCounts] = {}
     viewers: dict[str, set[str]] = {}
-    for event, outcome, reason in view_outcomes(kept):
+    for event, outcome, reason in view_outcomes(kept, bot_filter):
         counts = result.setdefault(event.video_id, VideoCounts())
         if outcome == SHORT:
             counts.short_views += 1

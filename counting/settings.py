@@ -76,6 +76,11 @@ class Settings(BaseSettings):
         default=2_000, gt=0, description="velocity above which a video is sharded over partitions"
     )
     max_video_shards: int = Field(default=16, gt=0)
+    bot_rules_file: Path | None = Field(
+        default=None,
+        description="the bot rules file operators edit (check it with 'tally rules check FILE'); "
+        "default: the rules shipped with Tally, counting/bot_rules.toml",
+    )
 
     @field_validator("trusted_proxies")
     @classmethod

@@ -52,8 +52,8 @@ _IPV6_SHARE = 0.25
 _BOT_VIEWS: dict[str, tuple[int, int]] = {
     HEADLESS_FARM: (5, 20),
     DATACENTER: (5, 20),
-    VELOCITY: (2 * bots.MAX_VIEWS_PER_ADDRESS_MINUTE, 4 * bots.MAX_VIEWS_PER_ADDRESS_MINUTE),
-    REPLAY_LOOP: (bots.MAX_REPLAYS_PER_DAY + 2, 3 * bots.MAX_REPLAYS_PER_DAY),
+    VELOCITY: (2 * bots.SHIPPED.max_views_per_address_minute, 4 * bots.SHIPPED.max_views_per_address_minute),
+    REPLAY_LOOP: (bots.SHIPPED.max_replays_per_day + 2, 3 * bots.SHIPPED.max_replays_per_day),
 }
 _STATIC_BOTS = frozenset({HEADLESS_FARM, DATACENTER})  # their signal needs no window
 _BURST_MAX_MS = 60_000  # the longest a velocity or replay-loop burst takes to send
@@ -108,7 +108,7 @@ HEADLESS_AGENTS: tuple[str, ...] = (
 _HOME_V4 = (24, 67, 68, 71, 73, 76, 81, 86, 92, 98, 174, 189, 201)
 _HOME_V6 = (0x2601, 0x2A02)
 _BOT_V4 = (45, 77, 91, 185, 196)
-_DATACENTER_NETS = tuple(ipaddress.ip_network(r) for r in bots.DATACENTER_RANGES)
+_DATACENTER_NETS = tuple(ipaddress.ip_network(r) for r in bots.SHIPPED.rules.addresses.datacenter)
 
 _Ctx = tuple[str | None, str, str, str, str]  # user_id, session_id, ip, user_agent, ja3
 
@@ -376,7 +376,10 @@ class _Traffic:
         elif kind == HEADLESS_FARM:
             agent = HEADLESS_AGENTS[h % len(HEADLESS_AGENTS)]
         elif kind == DATACENTER:
-            ips, ja3 = [_datacenter_address(h >> 4)], sorted(bots.BAD_JA3)[h % len(bots.BAD_JA3)]
+            ips, ja3 = (
+                [_datacenter_address(h >> 4)],
+                sorted(bots.SHIPPED.bad_ja3)[h % len(bots.SHIPPED.bad_ja3)],
+            )
         session, out = f"b{config.seed}-{n}", []
         for i, t in enumerate(times):
             if kind in _STATIC_BOTS:
@@ -412,9 +415,9 @@ class _Traffic:
         """Keep humans within the velocity and replay limits (a shared home can get close)."""
         address = (ip, rules.minute_of(ts))
         viewer = (video, user if user is not None else f"anon:{session}", rules.day_of(ts))
-        if self.address_minute.get(address, 0) >= bots.MAX_VIEWS_PER_ADDRESS_MINUTE:
+        if self.address_minute.get(address, 0) >= bots.SHIPPED.max_views_per_address_minute:
             return False
-        if self.viewer_day.get(viewer, 0) >= bots.MAX_REPLAYS_PER_DAY:
+        if self.viewer_day.get(viewer, 0) >= bots.SHIPPED.max_replays_per_day:
             return False
         self.address_minute[address] = self.address_minute.get(address, 0) + 1
         self.viewer_day[viewer] = self.viewer_day.get(viewer, 0) + 1

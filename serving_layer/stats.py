@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from counting import rules, values
+from counting.bots import RulesInUse
 from counting.settings import Settings
 from serving_layer.baselines import BaselineCache
 from serving_layer.cache import ReadCache
@@ -54,6 +55,9 @@ class StatsReader:
 
     def __post_init__(self) -> None:
         self._owners = speed_state_keys(self.settings.events_topic, self.settings.topic_partitions)
+        self._bot_rules = RulesInUse(
+            self.settings.bot_rules_file
+        )  # the counter's, for counts after the cutoff
 
     async def stats(self, video_id: str) -> dict[str, Any]:
         """The counts of a video (possibly up to `max_age_secs` old); StoreUnavailable when
@@ -112,7 +116,7 @@ class StatsReader:
             "as_of": now,
             "batch_cutoff": baseline.cutoff if baseline else None,
             "batch_run_id": baseline.run_id if baseline else None,
-            "rules_version": baseline.rules_version if baseline else rules.RULES_VERSION,
+            "rules_version": baseline.rules_version if baseline else self._bot_rules.current().version,
             "approx": bool(degraded) or merged.approx,
             "degraded": degraded,
         }

@@ -40,11 +40,6 @@ _encoder = msgspec.msgpack.Encoder()
 _VIEW, _SHORT, _REJECT, _REACTION = script.VIEW, script.SHORT, script.REJECT, script.REACTION
 _WINDOW_MS = rules.VIEW_WINDOW_MS
 _REACTION_STATE = rules.REACTION_STATE
-_client_mask, _view_mask = bots.client_mask, bots.view_mask
-# The rejection field (`rejected:<reason>`) of each signal mask; None: not rejected.
-_REJECTED_FIELD: tuple[str | None, ...] = tuple(
-    None if reason is None else f"rejected:{reason}" for reason in bots.REJECTION_BY_MASK
-)
 _DAY_MS = rules.DAY_MS
 
 
@@ -178,7 +173,11 @@ class _PlanBuilder:
         generation: int,
         trims: dict[str, int],
         expiring: set[str],
+        bot_filter: bots.BotFilter,
     ) -> None:
+        self._bots = bot_filter
+        # The rejection field (`rejected:<reason>`) of each signal mask; None: not rejected.
+        self._rejected_field: tuple[str | None, ...] = _rejected_fields(bot_filter)
         self.plan = PartitionPlan(
             topic,
             partition,
@@ -241,6 +240,11 @@ class _PlanBuilder:
         bucket_ms = self._bucket_ms
         observe = windows.observe_view
         rejected = self.plan.rejected
+        client_mask, view_mask, rejected_field = (
+            self._bots.client_mask,
+            self._bots.view_mask,
+            self._rejected_field,
+        )
         stamped, stamp, short_mark, reaction_mark = -1, "", "", ""
         for event in events:
             video_id = event.video_id
@@ -273,14 +277,14 @@ class _PlanBuilder:
                 if not rules.is_qualified_view(event):
                     ops.extend((_SHORT, offset, m, event_id, b, short_mark))
                     continue
-                mask = _view_mask(
-                    _client_mask(event.user_agent, event.ip, event.ja3),
+                mask = view_mask(
+                    client_mask(event.user_agent, event.ip, event.ja3),
                     event.watch_secs,
                     event.video_duration_secs,
                     address_views,
                     viewer_views,
                 )
-                if mask and (reason := _REJECTED_FIELD[mask]) is not None:
+                if mask and (reason := rejected_field[mask]) is not None:
                     ops.extend((_REJECT, offset, m, event_id, b, f"{stamp}|{reason}", reason))
                     rejected[reason] = rejected.get(reason, 0) + 1
                     continue
@@ -334,13 +338,15 @@ def plan_batch(
     generations: dict[tuple[str, int], int] | None = None,
     trims: dict[str, int] | None = None,
     expiring: set[str] | None = None,
+    bot_filter: bots.BotFilter = bots.SHIPPED,
 ) -> CounterPlan:
     """Plan the Redis writes of a micro-batch: one plan per partition (more when it is large), each
     covering every record of its offset range; records that cannot be decoded become dead letters.
     With `hot`, videos whose velocity passed the threshold get their shard count raised;
     `generations` are the owner generations of the partitions this worker was assigned; `trims`
     remembers when each video's presence was last trimmed (at most once a minute); `expiring` holds
-    the keys this worker already gave an expiry (see `remember_expiries`)."""
+    the keys this worker already gave an expiry (see `remember_expiries`); `bot_filter` judges the
+    views (the rules of the settings' file)."""
     trims = {} if trims is None else trims
     expiring = set() if expiring is None else expiring
     writes: list[PartitionPlan] = []
@@ -352,7 +358,7 @@ def plan_batch(
         for record in group:
             if builder is None:
                 builder = _PlanBuilder(
-                    topic, partition, record.offset, settings, now_ms, generation, trims, expiring
+                    topic, partition, record.offset, settings, now_ms, generation, trims, expiring, bot_filter
                 )
             try:
                 events = decode_record(record.value)
@@ -376,6 +382,11 @@ def plan_batch(
         raised = hot.observe(per_video, newest_ingest, now_ms)
         _attach_shards(writes, raised, hot)
     return CounterPlan(writes, dead_letters, raised)
+
+
+@lru_cache(maxsize=8)
+def _rejected_fields(bot_filter: bots.BotFilter) -> tuple[str | None, ...]:
+    return tuple(None if reason is None else f"rejected:{reason}" for reason in bot_filter.rejection_by_mask)
 
 
 def _attach_shards(writes: list[PartitionPlan], wanted: dict[str, int], hot: HotVideos) -> None:

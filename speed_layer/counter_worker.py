@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from counting.bots import RulesInUse
 from counting.settings import Settings
 from speed_layer import logs, metrics
 from speed_layer.counter import CounterPlan, PartitionPlan, plan_batch, remember_expiries
@@ -86,6 +87,7 @@ class CounterWorker:
         self._clock = clock
         self.windows = ViewWindows()
         self.hot = HotVideos(settings.hot_video_events_per_sec, settings.max_video_shards)
+        self.bot_rules = RulesInUse(settings.bot_rules_file)
         self.generations: dict[tuple[str, int], int] = {}
         self._trims: dict[str, int] = {}
         self._expiring: set[str] = set()
@@ -110,6 +112,7 @@ class CounterWorker:
             generations=self.generations,
             trims=self._trims,
             expiring=self._expiring,
+            bot_filter=self.bot_rules.current(),
         )
         metrics.PLAN_SECONDS.observe(time.perf_counter() - started)
         return PlannedBatch(len(records), plan, started)

@@ -26,6 +26,8 @@ speed_app = typer.Typer(help="The speed layer's Redis state.", no_args_is_help=T
 app.add_typer(speed_app, name="speed")
 warehouse_app = typer.Typer(help="The DuckDB warehouse for analysts.", no_args_is_help=True)
 app.add_typer(warehouse_app, name="warehouse")
+rules_app = typer.Typer(help="The bot rules file operators edit.", no_args_is_help=True)
+app.add_typer(rules_app, name="rules")
 audit_app = typer.Typer(help="Re-derive figures from the raw log and prove them.", no_args_is_help=True)
 app.add_typer(audit_app, name="audit")
 console = Console()
@@ -352,6 +354,33 @@ def payouts_write(
 
     run, rows = pipeline.write_run_payouts(_settings(data_dir), run_id)
     console.print(f"wrote {rows} payout rows of run {run} to the ledger")
+
+
+@rules_app.command("check")
+@_clear_errors
+def rules_check(
+    file: Annotated[Path, typer.Argument(help="the bot rules file to check (TOML)", show_default=False)],
+    day: Annotated[
+        str | None,
+        typer.Option(
+            help="the day of the log to count with both rules, YYYY-MM-DD (default: yesterday, UTC)"
+        ),
+    ] = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Check a bot rules file (a bad one is refused with its line and the reason), say what it changes
+    from the rules in use, and count a day of the log with both: a dry run, nothing is written."""
+    from datetime import date
+
+    from tally.rules_check import check_rules
+
+    try:
+        picked = None if day is None else date.fromisoformat(day)
+    except ValueError:
+        raise typer.BadParameter(f"--day must be a date YYYY-MM-DD (got {day!r})") from None
+    console.print(
+        check_rules(_settings(data_dir), file, picked).render(), soft_wrap=True, highlight=False, markup=False
+    )
 
 
 @speed_app.command("rebuild")

@@ -12,6 +12,7 @@ import msgspec
 import pyarrow as pa
 
 from counting import oracle
+from counting.bots import SHIPPED, BotFilter
 from counting.event import Event
 from counting.logschema import LOG_COLUMNS
 from speed_layer.archiver import write_log_file
@@ -57,8 +58,11 @@ def write_log(raw_dir: Path, events: Sequence[Event], files_per_hour: int = 2) -
                 write_rows(folder, f"events-0-{part:05d}.parquet", chunk)
 
 
-def oracle_rows(events: Sequence[Event], cutoff: int | None) -> dict[str, BaselineRow]:
-    """The oracle's counts as of the cutoff, as the baseline rows a batch must publish."""
+def oracle_rows(
+    events: Sequence[Event], cutoff: int | None, bot_filter: BotFilter = SHIPPED
+) -> dict[str, BaselineRow]:
+    """The oracle's counts as of the cutoff (with the bot rules of `bot_filter`), as the baseline
+    rows a batch must publish."""
     return {
         video: BaselineRow(
             video_id=video,
@@ -70,5 +74,5 @@ def oracle_rows(events: Sequence[Event], cutoff: int | None) -> dict[str, Baseli
             repeat_views=c.repeat_views,
             rejected=c.rejected,
         )
-        for video, c in oracle.count(events, cutoff).items()
+        for video, c in oracle.count(events, cutoff, bot_filter).items()
     }

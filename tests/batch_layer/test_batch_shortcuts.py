@@ -29,7 +29,7 @@ def _addresses(rng: random.Random) -> list[str]:
     """Addresses in and near every range, written every way Python reads them."""
     found = ["::ffff:3.1.2.3", "0:0:0:0:0:FFFF:52.1.2.3", "::FFFF:3401:203", "0::ffff:159.89.0.1"]
     found += ["2600:1F00::5", "02a05:d000::1", "2a05:D07F:ffff::1%eth0", "::", "::1", "not-an-ip", ""]
-    for text in bots.DATACENTER_RANGES:
+    for text in bots.SHIPPED.rules.addresses.datacenter:
         network = ipaddress.ip_network(text)
         first, last = int(network.network_address), int(network.broadcast_address)
         for value in (first, last, first - 1, last + 1, rng.randint(first, last)):
@@ -45,8 +45,8 @@ def _addresses(rng: random.Random) -> list[str]:
 def test_the_address_prefilter_keeps_every_datacenter_address(spark: SparkSession) -> None:
     addresses = _addresses(random.Random(7))
     frame = spark.createDataFrame([(a,) for a in addresses], "ip string")
-    kept = {r["ip"] for r in frame.where(_may_be_datacenter_ip(frame["ip"])).collect()}
-    datacenter = {a for a in addresses if bots.is_datacenter_ip(a)}
+    kept = {r["ip"] for r in frame.where(_may_be_datacenter_ip(frame["ip"], bots.SHIPPED)).collect()}
+    datacenter = {a for a in addresses if bots.SHIPPED.is_datacenter_ip(a)}
 
     assert len(datacenter) > 40
     assert datacenter - kept == set()

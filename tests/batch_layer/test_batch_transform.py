@@ -128,7 +128,7 @@ def test_scripted_agents_are_rejected_with_python_regex_semantics(log_frame: Log
 
 
 def test_datacenter_and_tls_signals_add_up(log_frame: LogFrame) -> None:
-    bad = sorted(bots.BAD_JA3)[0]
+    bad = sorted(bots.SHIPPED.bad_ja3)[0]
     events = [
         view("dc_only", ip="3.1.2.3"),  # 0.6: counted
         view("ja3_only", ja3=bad.upper()),  # 0.6: counted (fingerprints compare lower-cased)
@@ -137,7 +137,7 @@ def test_datacenter_and_tls_signals_add_up(log_frame: LogFrame) -> None:
         view("v6_outside", ip="2600:1e00::1", ja3=bad),  # outside every range: 0.6
         view("mapped_v4", ip="::ffff:3.1.2.3", ja3=bad),  # IPv4-mapped: checked as its IPv4 address
         view("anomaly_ja3", watch_secs=500.0, video_duration_secs=60.0, ja3=bad),  # 1.1: bad_ja3
-        view("anomaly_dc", watch_secs=bots.MAX_WATCH_SECS + 1, ip="159.89.3.4"),  # 1.1: datacenter_ip
+        view("anomaly_dc", watch_secs=bots.SHIPPED.max_watch_secs + 1, ip="159.89.3.4"),  # 1.1: datacenter_ip
         view("anomaly_only", watch_secs=500.0, video_duration_secs=60.0),  # 0.5: counted
         view("not_an_ip", ip="not-an-ip", ja3=bad),  # unparsable address: no datacenter signal
     ]
@@ -162,7 +162,7 @@ def test_datacenter_and_tls_signals_add_up(log_frame: LogFrame) -> None:
 
 def test_address_velocity_counts_every_view_of_the_address_in_the_minute(log_frame: LogFrame) -> None:
     minute = (T0 // rules.MINUTE_MS) * rules.MINUTE_MS
-    limit = bots.MAX_VIEWS_PER_ADDRESS_MINUTE
+    limit = bots.SHIPPED.max_views_per_address_minute
     # At the limit, with one of them short: nothing rejected.
     at_limit = [view("calm", ip="10.0.0.1", ts=minute + i) for i in range(limit - 1)]
     at_limit.append(view("calm", ip="10.0.0.1", ts=minute + 59_999, watch_secs=2.0))
@@ -185,7 +185,7 @@ def test_address_velocity_counts_every_view_of_the_address_in_the_minute(log_fra
 
 def test_replay_rate_counts_views_of_the_video_by_the_viewer_in_the_day(log_frame: LogFrame) -> None:
     window = rules.VIEW_WINDOW_MS
-    limit = bots.MAX_REPLAYS_PER_DAY
+    limit = bots.SHIPPED.max_replays_per_day
     # Each view in its own window; addresses differ so that velocity stays quiet.
     loop = [view("loop", user_id="r", ts=DAY0 + i * window, ip=f"10.1.0.{i}") for i in range(limit + 1)]
     fine = [view("fine", user_id="r", ts=DAY0 + i * window, ip=f"10.2.0.{i}") for i in range(limit)]

@@ -76,8 +76,8 @@ def _edge_cases() -> list[Event]:
     ips += ["64:ff9b::3.1.2.3", "159.89.255.255", "159.90.0.0", "fe80::1%eth0", "1:2:3:4:5:6:7:8"]
     agents = ["Mozilla/5.0 HeadlessChrome/131", "a ROBOT here", "the Bot", "curl/8.5", "MyBotty", None, "x"]
     ja3s = [
-        *sorted(bots.BAD_JA3)[:2],
-        sorted(bots.BAD_JA3)[0].upper(),
+        *sorted(bots.SHIPPED.bad_ja3)[:2],
+        sorted(bots.SHIPPED.bad_ja3)[0].upper(),
         "cd08e31494f9531f560d64c695473da9",
         None,
     ]
@@ -116,8 +116,8 @@ def test_rules_sql_equals_the_oracle_on_generated_traffic(tmp_path: Path) -> Non
     actual = _duckdb_rows(tmp_path, cutoff)
     assert sum(r["views"] for r in expected.values()) > 1_000
     # every signal that can be the heaviest of a rejected view shows up (the watch anomaly only adds)
-    for signal in bots.SIGNALS:
-        if signal.weight > min(s.weight for s in bots.SIGNALS):
+    for signal in tuple(bots.SHIPPED.signals.values()):
+        if signal.weight > min(s.weight for s in tuple(bots.SHIPPED.signals.values())):
             assert sum(r[f"rejected_{signal.name}"] for r in expected.values()) > 0, signal.name
     assert actual == expected
 
@@ -141,7 +141,7 @@ def test_scripted_agent_pattern_means_the_same_in_duckdb(agent: str) -> None:
     """DuckDB's RE2 reads the pattern as Python does: `(?i)` and `\\b` included."""
     found = (
         duckdb.connect()
-        .execute("select regexp_matches(?, ?)", [agent, bots.SCRIPTED_AGENT_PATTERN])
+        .execute("select regexp_matches(?, ?)", [agent, bots.SHIPPED.scripted_pattern])
         .fetchall()
     )
-    assert found == [(bots.is_scripted_agent(agent),)]
+    assert found == [(bots.SHIPPED.is_scripted_agent(agent),)]

@@ -1,4 +1,5 @@
-"""Each bot signal at and around its threshold, and the score that rejects (thresholds from the module)."""
+"""Each bot signal at and around its threshold, and the score that rejects (thresholds from the
+rules shipped with Tally)."""
 
 from __future__ import annotations
 
@@ -14,60 +15,61 @@ from counting.event import Event
 from counting.traffic import BROWSERS, HEADLESS_AGENTS
 
 EXAMPLES = settings(max_examples=80, deadline=None)
-NETWORKS = [ipaddress.ip_network(r) for r in bots.DATACENTER_RANGES]
+NETWORKS = [ipaddress.ip_network(r) for r in bots.SHIPPED.rules.addresses.datacenter]
+SIGNAL = bots.SHIPPED.signals  # the shipped rules' signals, by name
 
 
 def test_address_velocity_at_and_above_the_limit():
-    assert bots.is_high_velocity(bots.MAX_VIEWS_PER_ADDRESS_MINUTE) is False
-    assert bots.is_high_velocity(bots.MAX_VIEWS_PER_ADDRESS_MINUTE + 1) is True
+    assert bots.SHIPPED.is_high_velocity(bots.SHIPPED.max_views_per_address_minute) is False
+    assert bots.SHIPPED.is_high_velocity(bots.SHIPPED.max_views_per_address_minute + 1) is True
 
 
 def test_replay_rate_at_and_above_the_limit():
-    assert bots.is_replay_loop(bots.MAX_REPLAYS_PER_DAY) is False
-    assert bots.is_replay_loop(bots.MAX_REPLAYS_PER_DAY + 1) is True
+    assert bots.SHIPPED.is_replay_loop(bots.SHIPPED.max_replays_per_day) is False
+    assert bots.SHIPPED.is_replay_loop(bots.SHIPPED.max_replays_per_day + 1) is True
 
 
 @EXAMPLES
-@given(duration=st.floats(0.1, bots.MAX_WATCH_SECS / 2))
+@given(duration=st.floats(0.1, bots.SHIPPED.max_watch_secs / 2))
 def test_watch_anomaly_at_and_just_above_the_allowance(duration):
-    allowance = duration * bots.WATCH_OVERRUN_FACTOR + bots.WATCH_OVERRUN_SLACK_SECS
+    allowance = duration * bots.SHIPPED.watch_overrun_factor + bots.SHIPPED.watch_overrun_slack_secs
 
-    assert bots.is_watch_anomaly(allowance, duration) is False
-    assert bots.is_watch_anomaly(allowance * 1.000001 + 1e-6, duration) is True
-    assert bots.is_watch_anomaly(duration, duration) is False
+    assert bots.SHIPPED.is_watch_anomaly(allowance, duration) is False
+    assert bots.SHIPPED.is_watch_anomaly(allowance * 1.000001 + 1e-6, duration) is True
+    assert bots.SHIPPED.is_watch_anomaly(duration, duration) is False
 
 
 def test_watch_anomaly_beyond_any_plausible_watch_even_without_a_duration():
-    assert bots.is_watch_anomaly(bots.MAX_WATCH_SECS, None) is False
-    assert bots.is_watch_anomaly(bots.MAX_WATCH_SECS + 0.1, None) is True
-    assert bots.is_watch_anomaly(None, 10.0) is False
+    assert bots.SHIPPED.is_watch_anomaly(bots.SHIPPED.max_watch_secs, None) is False
+    assert bots.SHIPPED.is_watch_anomaly(bots.SHIPPED.max_watch_secs + 0.1, None) is True
+    assert bots.SHIPPED.is_watch_anomaly(None, 10.0) is False
 
 
 @pytest.mark.parametrize("agent", HEADLESS_AGENTS)
 def test_headless_and_scripted_agents_are_flagged(agent):
-    assert bots.is_scripted_agent(agent) is True
+    assert bots.SHIPPED.is_scripted_agent(agent) is True
 
 
 @pytest.mark.parametrize(
     "agent", ["curl/8.4.0", "Wget/1.21", "Scrapy/2.11", "okhttp/4.12.0", "Java/17", "Googlebot bot"]
 )
 def test_more_scripted_agents_are_flagged(agent):
-    assert bots.is_scripted_agent(agent) is True
+    assert bots.SHIPPED.is_scripted_agent(agent) is True
 
 
 @pytest.mark.parametrize("agent", [a for a, _ in BROWSERS] + ["Mozilla/5.0 (Robotics Lab)", None])
 def test_browsers_are_not_flagged(agent):
-    assert bots.is_scripted_agent(agent) is False
+    assert bots.SHIPPED.is_scripted_agent(agent) is False
 
 
 @pytest.mark.parametrize("network", NETWORKS, ids=str)
 def test_datacenter_ranges_at_their_edges(network):
     first, last = network.network_address, network.broadcast_address
 
-    assert bots.is_datacenter_ip(str(first)) is True
-    assert bots.is_datacenter_ip(str(last)) is True
-    assert bots.is_datacenter_ip(str(first - 1)) is False
-    assert bots.is_datacenter_ip(str(last + 1)) is False
+    assert bots.SHIPPED.is_datacenter_ip(str(first)) is True
+    assert bots.SHIPPED.is_datacenter_ip(str(last)) is True
+    assert bots.SHIPPED.is_datacenter_ip(str(first - 1)) is False
+    assert bots.SHIPPED.is_datacenter_ip(str(last + 1)) is False
 
 
 @EXAMPLES
@@ -76,54 +78,61 @@ def test_any_address_inside_a_datacenter_range_is_flagged(data):
     network = data.draw(st.sampled_from(NETWORKS))
     offset = data.draw(st.integers(0, network.num_addresses - 1))
 
-    assert bots.is_datacenter_ip(str(network.network_address + offset)) is True
+    assert bots.SHIPPED.is_datacenter_ip(str(network.network_address + offset)) is True
 
 
 @pytest.mark.parametrize("ip", [None, "", "not-an-ip", "192.168.1.10", "2001:db8::1"])
 def test_other_or_missing_addresses_are_not_datacenter(ip):
-    assert bots.is_datacenter_ip(ip) is False
+    assert bots.SHIPPED.is_datacenter_ip(ip) is False
 
 
-@pytest.mark.parametrize("ja3", sorted(bots.BAD_JA3))
+@pytest.mark.parametrize("ja3", sorted(bots.SHIPPED.bad_ja3))
 def test_bad_tls_fingerprints_are_flagged_in_any_case(ja3):
-    assert bots.is_bad_ja3(ja3) is True
-    assert bots.is_bad_ja3(ja3.upper()) is True
+    assert bots.SHIPPED.is_bad_ja3(ja3) is True
+    assert bots.SHIPPED.is_bad_ja3(ja3.upper()) is True
 
 
 @pytest.mark.parametrize("ja3", [None, "", "cd08e31494f9531f560d64c695473da9"])
 def test_other_fingerprints_are_not_flagged(ja3):
-    assert bots.is_bad_ja3(ja3) is False
+    assert bots.SHIPPED.is_bad_ja3(ja3) is False
 
 
 @EXAMPLES
-@given(found=st.lists(st.sampled_from(bots.SIGNALS), unique=True))
+@given(found=st.lists(st.sampled_from(tuple(bots.SHIPPED.signals.values())), unique=True))
 def test_a_view_is_rejected_exactly_when_its_score_reaches_the_threshold(found):
-    reason = bots.rejection_reason(found)
+    reason = bots.SHIPPED.rejection_reason(found)
 
-    if sum(s.weight for s in found) >= bots.REJECT_SCORE:
+    if sum(s.weight for s in found) >= bots.SHIPPED.reject_score:
         heaviest = max(s.weight for s in found)
         assert reason in {s.name for s in found if s.weight == heaviest}
     else:
         assert reason is None
 
 
-@pytest.mark.parametrize("strong", [bots.SCRIPTED_AGENT, bots.ADDRESS_VELOCITY, bots.REPLAY_RATE])
+@pytest.mark.parametrize(
+    "strong", [SIGNAL[bots.SCRIPTED_AGENT], SIGNAL[bots.ADDRESS_VELOCITY], SIGNAL[bots.REPLAY_RATE]]
+)
 def test_each_strong_signal_rejects_alone(strong):
-    assert bots.rejection_reason([strong]) == strong.name
+    assert bots.SHIPPED.rejection_reason([strong]) == strong.name
 
 
-@pytest.mark.parametrize("weak", [bots.DATACENTER_IP, bots.BAD_TLS, bots.WATCH_ANOMALY])
+@pytest.mark.parametrize(
+    "weak", [SIGNAL[bots.DATACENTER_IP], SIGNAL[bots.BAD_TLS], SIGNAL[bots.WATCH_ANOMALY]]
+)
 def test_each_weak_signal_alone_does_not_reject(weak):
-    assert bots.rejection_reason([weak]) is None
+    assert bots.SHIPPED.rejection_reason([weak]) is None
 
 
 def test_two_weak_signals_reject_with_the_heavier_as_reason():
-    assert bots.rejection_reason([bots.WATCH_ANOMALY, bots.BAD_TLS]) == bots.BAD_TLS.name
-    assert bots.rejection_reason([bots.BAD_TLS, bots.DATACENTER_IP]) == bots.DATACENTER_IP.name
+    assert bots.SHIPPED.rejection_reason([SIGNAL[bots.WATCH_ANOMALY], SIGNAL[bots.BAD_TLS]]) == bots.BAD_TLS
+    assert (
+        bots.SHIPPED.rejection_reason([SIGNAL[bots.BAD_TLS], SIGNAL[bots.DATACENTER_IP]])
+        == bots.DATACENTER_IP
+    )
 
 
 def test_the_reasons_are_the_signal_names():
-    assert tuple(s.name for s in bots.SIGNALS) == bots.REASONS
+    assert tuple(s.name for s in tuple(bots.SHIPPED.signals.values())) == bots.REASONS
     assert len(set(bots.REASONS)) == len(bots.REASONS)
 
 
@@ -133,11 +142,15 @@ def _view(make_event, **fields) -> Event:
 
 def test_window_signals_at_and_above_their_limits(make_event):
     view = _view(make_event)
-    calm = bots.signals(view, bots.MAX_VIEWS_PER_ADDRESS_MINUTE, bots.MAX_REPLAYS_PER_DAY)
-    busy = bots.signals(view, bots.MAX_VIEWS_PER_ADDRESS_MINUTE + 1, bots.MAX_REPLAYS_PER_DAY + 1)
+    calm = bots.SHIPPED.signals_for(
+        view, bots.SHIPPED.max_views_per_address_minute, bots.SHIPPED.max_replays_per_day
+    )
+    busy = bots.SHIPPED.signals_for(
+        view, bots.SHIPPED.max_views_per_address_minute + 1, bots.SHIPPED.max_replays_per_day + 1
+    )
 
     assert calm == []
-    assert busy == [bots.ADDRESS_VELOCITY, bots.REPLAY_RATE]
+    assert busy == [SIGNAL[bots.ADDRESS_VELOCITY], SIGNAL[bots.REPLAY_RATE]]
 
 
 def test_static_signals_of_one_event(make_event):
@@ -145,23 +158,23 @@ def test_static_signals_of_one_event(make_event):
         make_event,
         user_agent=HEADLESS_AGENTS[0],
         ip="52.0.0.1",
-        ja3=sorted(bots.BAD_JA3)[0],
+        ja3=sorted(bots.SHIPPED.bad_ja3)[0],
         watch_secs=100.0,
         video_duration_secs=10.0,
     )
 
-    assert bots.static_signals(view) == [
-        bots.SCRIPTED_AGENT,
-        bots.DATACENTER_IP,
-        bots.BAD_TLS,
-        bots.WATCH_ANOMALY,
+    assert bots.SHIPPED.static_signals(view) == [
+        SIGNAL[bots.SCRIPTED_AGENT],
+        SIGNAL[bots.DATACENTER_IP],
+        SIGNAL[bots.BAD_TLS],
+        SIGNAL[bots.WATCH_ANOMALY],
     ]
-    assert bots.static_signals(_view(make_event)) == []
+    assert bots.SHIPPED.static_signals(_view(make_event)) == []
 
 
 def test_ipv4_mapped_ipv6_addresses_are_checked_as_ipv4():
-    assert bots.is_datacenter_ip("::ffff:52.0.0.1") is True
-    assert bots.is_datacenter_ip("::ffff:24.0.0.1") is False
+    assert bots.SHIPPED.is_datacenter_ip("::ffff:52.0.0.1") is True
+    assert bots.SHIPPED.is_datacenter_ip("::ffff:24.0.0.1") is False
 
 
 @pytest.mark.parametrize(
@@ -186,10 +199,10 @@ def test_datacenter_check_equals_plain_membership_in_the_ranges(ip):
         mapped = getattr(address, "ipv4_mapped", None) or address
         expected = any(
             mapped in ipaddress.ip_network(r)
-            for r in bots.DATACENTER_RANGES
+            for r in bots.SHIPPED.rules.addresses.datacenter
             if ipaddress.ip_network(r).version == mapped.version
         )
-    assert bots.is_datacenter_ip(ip) == expected
+    assert bots.SHIPPED.is_datacenter_ip(ip) == expected
 
 
 def _membership(ip: str) -> bool:
@@ -200,13 +213,14 @@ def _membership(ip: str) -> bool:
         return False
     mapped = getattr(address, "ipv4_mapped", None) or address
     return any(
-        n.version == mapped.version and mapped in n for n in map(ipaddress.ip_network, bots.DATACENTER_RANGES)
+        n.version == mapped.version and mapped in n
+        for n in map(ipaddress.ip_network, bots.SHIPPED.rules.addresses.datacenter)
     )
 
 
 _EDGES = [
     int(edge)
-    for r in bots.DATACENTER_RANGES
+    for r in bots.SHIPPED.rules.addresses.datacenter
     if ipaddress.ip_network(r).version == 4
     for edge in (ipaddress.ip_network(r).network_address, ipaddress.ip_network(r).broadcast_address)
 ]
@@ -224,43 +238,45 @@ def test_fast_datacenter_check_equals_ipaddress_on_any_address(value, mapped):
     ip = str(ipaddress.IPv4Address(value))
     if mapped:
         ip = f"::ffff:{ip}"
-    assert bots.is_datacenter_ip(ip) == _membership(ip)
+    assert bots.SHIPPED.is_datacenter_ip(ip) == _membership(ip)
 
 
 def test_the_rejection_table_is_the_rejection_reason_of_every_combination():
     for mask in range(1 << len(bots.MASK_ORDER)):
-        found = [s for s in bots.MASK_ORDER if mask & bots.BIT[s.name]]
-        assert bots.REJECTION_BY_MASK[mask] == bots.rejection_reason(found)
-    assert bots.REJECTION_BY_MASK[0] is None
+        found = [SIGNAL[name] for name in bots.MASK_ORDER if mask & bots.BIT[name]]
+        assert bots.SHIPPED.rejection_by_mask[mask] == bots.SHIPPED.rejection_reason(found)
+    assert bots.SHIPPED.rejection_by_mask[0] is None
 
 
 @EXAMPLES
 @given(
     agent=st.sampled_from([None, "curl/8.4.0", HEADLESS_AGENTS[0], BROWSERS[0][0]]),
     ip=st.sampled_from([None, "52.0.0.1", "81.2.3.4", "::ffff:52.1.2.3", "2600:1f00::1"]),
-    ja3=st.sampled_from([None, sorted(bots.BAD_JA3)[0], "abc"]),
-    watch=st.sampled_from([None, 10.0, 100.0, bots.MAX_WATCH_SECS + 1]),
+    ja3=st.sampled_from([None, sorted(bots.SHIPPED.bad_ja3)[0], "abc"]),
+    watch=st.sampled_from([None, 10.0, 100.0, bots.SHIPPED.max_watch_secs + 1]),
     duration=st.sampled_from([None, 20.0, 900.0]),
-    address_views=st.integers(0, bots.MAX_VIEWS_PER_ADDRESS_MINUTE + 2),
-    viewer_views=st.integers(0, bots.MAX_REPLAYS_PER_DAY + 2),
+    address_views=st.integers(0, bots.SHIPPED.max_views_per_address_minute + 2),
+    viewer_views=st.integers(0, bots.SHIPPED.max_replays_per_day + 2),
 )
 def test_a_view_mask_holds_exactly_the_signals_of_the_view(
     agent, ip, ja3, watch, duration, address_views, viewer_views
 ):
     expected = []
-    if bots.is_scripted_agent(agent):
-        expected.append(bots.SCRIPTED_AGENT)
-    if bots.is_datacenter_ip(ip):
-        expected.append(bots.DATACENTER_IP)
-    if bots.is_bad_ja3(ja3):
-        expected.append(bots.BAD_TLS)
-    if bots.is_watch_anomaly(watch, duration):
-        expected.append(bots.WATCH_ANOMALY)
-    if bots.is_high_velocity(address_views):
-        expected.append(bots.ADDRESS_VELOCITY)
-    if bots.is_replay_loop(viewer_views):
-        expected.append(bots.REPLAY_RATE)
+    if bots.SHIPPED.is_scripted_agent(agent):
+        expected.append(SIGNAL[bots.SCRIPTED_AGENT])
+    if bots.SHIPPED.is_datacenter_ip(ip):
+        expected.append(SIGNAL[bots.DATACENTER_IP])
+    if bots.SHIPPED.is_bad_ja3(ja3):
+        expected.append(SIGNAL[bots.BAD_TLS])
+    if bots.SHIPPED.is_watch_anomaly(watch, duration):
+        expected.append(SIGNAL[bots.WATCH_ANOMALY])
+    if bots.SHIPPED.is_high_velocity(address_views):
+        expected.append(SIGNAL[bots.ADDRESS_VELOCITY])
+    if bots.SHIPPED.is_replay_loop(viewer_views):
+        expected.append(SIGNAL[bots.REPLAY_RATE])
 
-    mask = bots.view_mask(bots.client_mask(agent, ip, ja3), watch, duration, address_views, viewer_views)
+    mask = bots.SHIPPED.view_mask(
+        bots.SHIPPED.client_mask(agent, ip, ja3), watch, duration, address_views, viewer_views
+    )
 
-    assert bots.signals_of(mask) == expected
+    assert bots.SHIPPED.signals_of(mask) == expected

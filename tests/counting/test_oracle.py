@@ -18,7 +18,7 @@ EXAMPLES = settings(max_examples=80, deadline=None)
 T0 = 1_780_272_000_000  # a day, minute and window edge
 BROWSER = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) Chrome/124.0.0.0"
 HEADLESS = "Mozilla/5.0 HeadlessChrome/124.0.0.0"
-BAD_JA3 = sorted(bots.BAD_JA3)[0]
+BAD_JA3 = sorted(bots.SHIPPED.bad_ja3)[0]
 
 
 def ev(event_id: str, kind: str, ts: int = T0, ingest: int | None = None, **fields: Any) -> Event:
@@ -67,7 +67,11 @@ def event_lists(draw: st.DrawFn, max_size: int = 25) -> list[Event]:
             fields["ja3"] = draw(st.sampled_from([None, BAD_JA3]))
         events.append(Event(**fields))
     if draw(st.booleans()):
-        size = draw(st.integers(bots.MAX_VIEWS_PER_ADDRESS_MINUTE - 1, bots.MAX_VIEWS_PER_ADDRESS_MINUTE + 2))
+        size = draw(
+            st.integers(
+                bots.SHIPPED.max_views_per_address_minute - 1, bots.SHIPPED.max_views_per_address_minute + 2
+            )
+        )
         minute = T0 + draw(st.integers(0, 90)) * rules.MINUTE_MS
         for i in range(size):
             ts = minute + draw(st.integers(0, rules.MINUTE_MS - 1))
@@ -183,7 +187,7 @@ def test_views_unique_viewers_short_repeat_and_rejected_by_hand():
 
 
 def test_address_velocity_by_hand():
-    limit = bots.MAX_VIEWS_PER_ADDRESS_MINUTE
+    limit = bots.SHIPPED.max_views_per_address_minute
     at_limit = [view(f"a{i}", f"a{i}", T0 + i * 1_000, ip="10.0.0.1") for i in range(limit)]
     over = [view(f"b{i}", f"b{i}", T0 + i * 1_000, ip="10.0.0.2", video_id="v2") for i in range(limit + 1)]
     next_minute = view("c", "c", T0 + rules.MINUTE_MS, ip="10.0.0.2", video_id="v2")
@@ -195,7 +199,7 @@ def test_address_velocity_by_hand():
 
 
 def test_replay_rate_by_hand():
-    limit = bots.MAX_REPLAYS_PER_DAY
+    limit = bots.SHIPPED.max_replays_per_day
     window = rules.VIEW_WINDOW_MS
     at_limit = [view(f"a{i}", "u1", T0 + i * window) for i in range(limit)]
     over = [view(f"b{i}", "u2", T0 + i * window, video_id="v2") for i in range(limit + 1)]

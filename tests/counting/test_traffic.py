@@ -107,10 +107,12 @@ def test_clean_traffic_has_no_bot_rejection(clean):
 def test_humans_look_like_browsers_at_home(clean):
     events = [item.event for item in clean]
 
-    assert not any(bots.is_scripted_agent(e["user_agent"]) for e in events)
-    assert not any(bots.is_datacenter_ip(e["ip"]) for e in events)
-    assert not any(bots.is_bad_ja3(e["ja3"]) for e in events)
-    assert not any(bots.is_watch_anomaly(e.get("watch_secs"), e.get("video_duration_secs")) for e in events)
+    assert not any(bots.SHIPPED.is_scripted_agent(e["user_agent"]) for e in events)
+    assert not any(bots.SHIPPED.is_datacenter_ip(e["ip"]) for e in events)
+    assert not any(bots.SHIPPED.is_bad_ja3(e["ja3"]) for e in events)
+    assert not any(
+        bots.SHIPPED.is_watch_anomaly(e.get("watch_secs"), e.get("video_duration_secs")) for e in events
+    )
     assert any(":" in e["ip"] for e in events)
     assert all(e["type"] not in ("like", "unlike", "dislike", "undislike") or "user_id" in e for e in events)
 

@@ -103,9 +103,9 @@ def test_marker_hash_keys_are_spelled_by_counting_keys() -> None:
 def test_the_bot_rejection_reason_comes_from_the_rules(config: Settings) -> None:
     t = Traffic(now_ms=NOW)
     # Two weak signals: the rules' tie-break (the heavier one) names the reason.
-    view = t.view("v", "u", ip="52.0.0.1", watch=5_000.0, ja3=sorted(bots.BAD_JA3)[0])
+    view = t.view("v", "u", ip="52.0.0.1", watch=5_000.0, ja3=sorted(bots.SHIPPED.bad_ja3)[0])
     [write] = plan_batch([_record([view])], config, ViewWindows(), NOW).writes
-    reason = bots.rejection_reason(bots.signals(view, 1, 1))
+    reason = bots.SHIPPED.rejection_reason(bots.SHIPPED.signals_for(view, 1, 1))
     assert reason is not None
     assert write.ops[0][0] == script.REJECT and write.ops[0][6] == f"rejected:{reason}"
 
@@ -122,7 +122,7 @@ def test_verdicts_equal_the_rules_on_random_views(config: Settings) -> None:
             watch=rng.choice([31.0, 300.0, 800.0, 50_000.0]),
             user_agent=rng.choice(agents),
             ip=rng.choice(addresses),
-            ja3=rng.choice([None, next(iter(bots.BAD_JA3)), "abc"]),
+            ja3=rng.choice([None, next(iter(bots.SHIPPED.bad_ja3)), "abc"]),
             ts=NOW - rng.randint(0, 120_000),
         )
         for _ in range(400)
@@ -131,8 +131,8 @@ def test_verdicts_equal_the_rules_on_random_views(config: Settings) -> None:
     windows = ViewWindows()
     expected = []
     for event in events:
-        found = bots.signals(event, *windows.observe(event))
-        reason = bots.rejection_reason(found)
+        found = bots.SHIPPED.signals_for(event, *windows.observe(event))
+        reason = bots.SHIPPED.rejection_reason(found)
         expected.append(script.VIEW if reason is None else f"rejected:{reason}")
     by_event = {op[3]: (op[0] if op[0] == script.VIEW else op[6]) for op in write.ops}
     assert [by_event[e.event_id] for e in events] == expected

@@ -1,0 +1,161 @@
+"""`tally rules check FILE`: check a bot rules file, say how it differs from the rules in use, and
+count one day of the log with both (a dry run: nothing is written)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from batch_layer.audit import day_events
+from batch_layer.payouts import day_of_date
+from counting import oracle, rules
+from counting.botrules import load_rules
+from counting.bots import BotFilter, filter_of
+from counting.event import Event
+from counting.settings import Settings
+
+TOP_VIDEOS = 10
+
+
+@dataclass(frozen=True)
+class DayCounts:
+    """The views and rejections of one day's views of each video, by one version of the rules."""
+
+    views: dict[str, int]
+    rejected: dict[str, dict[str, int]]
+
+    def total_views(self) -> int:
+        return sum(self.views.values())
+
+    def rejected_by_reason(self) -> dict[str, int]:
+        totals: dict[str, int] = {}
+        for reasons in self.rejected.values():
+            for reason, n in reasons.items():
+                totals[reason] = totals.get(reason, 0) + n
+        return dict(sorted(totals.items()))
+
+
+@dataclass(frozen=True)
+class RulesCheck:
+    """A rules file that passed the check, what it changes, and a day counted with both rules."""
+
+    path: Path
+    proposed: BotFilter
+    in_use: BotFilter
+    changes: list[str]
+    day: date
+    events: int
+    before: DayCounts
+    after: DayCounts
+
+    def render(self) -> str:
+        lines = [f"{self.path}: the rules pass the check (version {self.proposed.rules.version})"]
+        if not self.changes:
+            lines.append(
+                f"they are the rules in use (version {self.in_use.rules.version}): nothing would change"
+            )
+            return "\n".join(lines)
+        lines.append(f"changes from the rules in use (version {self.in_use.rules.version}):")
+        lines += [f"  {change}" for change in self.changes]
+        if self.proposed.rules.version == self.in_use.rules.version:
+            lines.append(
+                f"  warning: the version is still {self.in_use.rules.version!r}: bump it, or counts "
+                "made with both rules carry one version"
+            )
+        lines.append(
+            f"dry run on {self.day.isoformat()} (event time, UTC): {self.events:,} events in the log"
+        )
+        if not self.events:
+            lines.append("  the log holds no event of that day: pick another with --day")
+            return "\n".join(lines)
+        before, after = self.before.total_views(), self.after.total_views()
+        lines.append(f"  views counted: {before:,} -> {after:,} ({after - before:+,})")
+        reasons = sorted(set(self.before.rejected_by_reason()) | set(self.after.rejected_by_reason()))
+        old, new = self.before.rejected_by_reason(), self.after.rejected_by_reason()
+        for reason in reasons:
+            lines.append(f"  rejected as {reason}: {old.get(reason, 0):,} -> {new.get(reason, 0):,}")
+        moved = sorted(
+            (v for v in set(self.before.views) | set(self.after.views) if self._delta(v)),
+            key=lambda v: (-abs(self._delta(v)), v),
+        )
+        if moved:
+            lines.append(
+                f"  videos whose views change ({len(moved)}; the {min(len(moved), TOP_VIDEOS)} most):"
+            )
+            for video in moved[:TOP_VIDEOS]:
+                was, now = self.before.views.get(video, 0), self.after.views.get(video, 0)
+                lines.append(f"    {video}: {was:,} -> {now:,} ({now - was:+,})")
+        else:
+            lines.append("  no video's views change on that day")
+        return "\n".join(lines)
+
+    def _delta(self, video: str) -> int:
+        return self.after.views.get(video, 0) - self.before.views.get(video, 0)
+
+
+def check_rules(settings: Settings, path: Path, day: date | None = None) -> RulesCheck:
+    """Check the rules file at `path` (raises `RulesError` with the line and the reason), compare it
+    with the rules in use (the settings' file, else the shipped ones) and count `day` (default:
+    yesterday, UTC) of the settings' log with both."""
+    proposed = BotFilter(load_rules(path))
+    in_use = filter_of(settings.bot_rules_file)
+    now_ms = int(time.time() * 1000)
+    day = day or date.fromordinal(date.fromtimestamp(now_ms / 1000).toordinal() - 1)
+    events, _ = day_events(settings.raw_dir, now_ms, day)
+    return RulesCheck(
+        path=path,
+        proposed=proposed,
+        in_use=in_use,
+        changes=rule_changes(in_use, proposed),
+        day=day,
+        events=len(events),
+        before=_count_day(events, day, in_use),
+        after=_count_day(events, day, proposed),
+    )
+
+
+def rule_changes(old: BotFilter, new: BotFilter) -> list[str]:
+    """Each rule that differs, as `section.key: old -> new` (lists: the items added and removed)."""
+    changes = []
+    before, after = _flat(old.rules.model_dump()), _flat(new.rules.model_dump())
+    for key in sorted(set(before) | set(after)):
+        was, now = before.get(key), after.get(key)
+        if was == now:
+            continue
+        if isinstance(was, list) and isinstance(now, list):
+            added = [item for item in now if item not in was]
+            removed = [item for item in was if item not in now]
+            parts = [f"+{item}" for item in added] + [f"-{item}" for item in removed]
+            changes.append(f"{key}: {', '.join(parts) if parts else 'reordered'}")
+        else:
+            changes.append(f"{key}: {was!r} -> {now!r}")
+    return changes
+
+
+def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _count_day(events: list[Event], day: date, bot_filter: BotFilter) -> DayCounts:
+    """The oracle's outcome of each view of `day` among `events`, by the rules of `bot_filter`."""
+    low = day_of_date(day) * rules.DAY_MS
+    views: dict[str, int] = {}
+    rejected: dict[str, dict[str, int]] = {}
+    for event, outcome, reason in oracle.view_outcomes(oracle.dedup(events), bot_filter):
+        if not low <= event.ts < low + rules.DAY_MS:
+            continue
+        if outcome == oracle.COUNTED:
+            views[event.video_id] = views.get(event.video_id, 0) + 1
+        elif outcome == oracle.REJECTED and reason is not None:
+            of_video = rejected.setdefault(event.video_id, {})
+            of_video[reason] = of_video.get(reason, 0) + 1
+    return DayCounts(views, rejected)

@@ -1,0 +1,80 @@
+"""Test helpers for the bot rules file: an operator's edit of the shipped rules, and views whose
+verdicts the edit changes (so each layer's test fails if it ignores the file)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from counting.botrules import DEFAULT_RULES_FILE
+from counting.event import Event
+from counting.traffic import BROWSERS
+
+BROWSER, BROWSER_JA3 = BROWSERS[0]
+BAD_JA3 = "3b5074b1b5d032e5620f69f9f700ff0e"  # in the shipped rules' list
+CARRIER_NAT = "100.64.0.0/10"
+EDITED_VERSION = "2026.11.9-test"
+EDITED_VELOCITY_LIMIT = 20  # the shipped limit is 30
+
+
+def edited_rules_text() -> str:
+    """The shipped rules with the edits of an operator: a lower address velocity limit, the carrier
+    NAT range and one cloud range (52.1.0.0/16, inside the shipped 52.0.0.0/10) on the allow-list."""
+    text = DEFAULT_RULES_FILE.read_text()
+    edits = {
+        "max_views_per_address_minute = 30": f"max_views_per_address_minute = {EDITED_VELOCITY_LIMIT}",
+        "allow = []": f'allow = ["{CARRIER_NAT}", "52.1.0.0/16"]',
+    }
+    for old, new in edits.items():
+        assert old in text, f"the shipped rules no longer hold {old!r}: update tests/rulesfiles.py"
+        text = text.replace(old, new)
+    version_line = next(line for line in text.splitlines() if line.startswith("version = "))
+    return text.replace(version_line, f'version = "{EDITED_VERSION}"')
+
+
+def write_edited_rules(folder: Path) -> Path:
+    path = folder / "bot_rules.toml"
+    path.write_text(edited_rules_text())
+    return path
+
+
+def _view(n: int, video: str, ts: int, ip: str, ja3: str = BROWSER_JA3, user: str | None = None) -> Event:
+    return Event(
+        event_id=f"rv-{n}",
+        type="view",
+        video_id=video,
+        ts=ts,
+        user_id=user or f"viewer-{n}",
+        session_id=f"s-{n}",
+        ip=ip,
+        user_agent=BROWSER,
+        ja3=ja3,
+        watch_secs=95.0,
+        video_duration_secs=600.0,
+        ingest_ts=ts + 150,
+    )
+
+
+def edited_rules_views(start_ms: int) -> list[Event]:
+    """Views (stamped) inside one minute from `start_ms` whose verdicts differ between the shipped
+    and the edited rules, and some on which both agree:
+
+    - vid-burst: 25 views from one home address: over the edited limit (20), under the shipped (30);
+    - vid-nat: 40 views from one carrier NAT address: over both limits, allowed by the edit;
+    - vid-cloud: 5 views from 52.1.2.3 with a bad TLS fingerprint: data centre + bad JA3 reject
+      them by the shipped rules; the edit allows the address, and bad JA3 alone does not reject;
+    - vid-plain: 5 ordinary views and 3 from 52.0.9.9 with a bad fingerprint (rejected by both).
+    """
+    events = []
+    n = 0
+    for video, ip, count, ja3 in (
+        ("vid-burst", "73.20.30.40", 25, BROWSER_JA3),
+        ("vid-nat", "100.64.7.8", 40, BROWSER_JA3),
+        ("vid-cloud", "52.1.2.3", 5, BAD_JA3),
+        ("vid-plain", None, 5, BROWSER_JA3),
+        ("vid-plain", "52.0.9.9", 3, BAD_JA3),
+    ):
+        for i in range(count):
+            n += 1
+            address = ip or f"24.1.{i}.{n % 250 + 1}"
+            events.append(_view(n, video, start_ms + 1_000 * (i % 50), address, ja3))
+    return events
