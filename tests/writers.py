@@ -1,5 +1,6 @@
 """Tally's real writers in one test process: the ingest API's records and reaction state, the counter,
-the archiver with its watermark and the batch job, so that tests of a reader read what they wrote."""
+the archiver with its watermark and the batch job, so that tests of a reader read what they wrote;
+`archived_until` and `heat` publish a watermark and a shard count through them alone."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pyspark.sql import SparkSession
 
 from batch_layer.job import BatchResult, compute_batch, publish_batch, run_batch
 from batch_layer.session import build_session
-from counting.event import Event
+from counting.event import Event, stamped
 from counting.settings import Settings
 from counting.wire import encode_events, partition_for, record_key
 from ingest.publisher import ShardCounts, shard_of
@@ -191,6 +192,61 @@ class History:
             if (source / run.run_id).exists():
                 shutil.copytree(source / run.run_id, target / run.run_id, dirs_exist_ok=True)
         publish_batch(settings, run)
+
+
+def archived_until(settings: Settings, watermark_ms: int) -> int:
+    """Publish the archiver watermark `watermark_ms` through the archiver's `Watermark`: one tick at
+    watermark_ms + the delivery grace, the sampled end offsets already in the log (an empty topic).
+    Like the archiver's, it never moves the watermark back; returns the watermark now in Redis."""
+    # Half a millisecond in: the watermark truncates its clock to whole milliseconds.
+    at = (watermark_ms + settings.delivery_timeout_ms + 0.5) / 1000
+    empty = dict.fromkeys(range(settings.topic_partitions), 0)
+
+    async def tick() -> int | None:
+        client = aioredis.Redis.from_url(settings.redis_url)
+        try:
+            watermark = Watermark(
+                client, settings.events_topic, settings.delivery_timeout_ms, lambda: empty, lambda: at
+            )
+            return await watermark.tick()
+        finally:
+            await client.aclose()
+
+    published = asyncio.run(tick())
+    assert published is not None, "an empty topic's sample is satisfied at once"
+    return published
+
+
+def heat(settings: Settings, video: str, seconds: int) -> None:
+    """Views of `video` at twice the settings' hot threshold for `seconds` seconds of ingestion,
+    counted a second at a time by the real counter: from the second second on, it doubles the
+    video's shard count in Redis each second (1, 2, 4, 8, ...) up to `max_video_shards`; a count
+    already in Redis is never lowered."""
+    now = [time.time()]
+    per_second = 2 * settings.hot_video_events_per_sec
+    with writers(settings, clock=lambda: now[0]) as tally:
+        start = int(now[0] * 1000)
+        for second in range(seconds):
+            stamp = start + second * 1000
+            views = [
+                _hot_view(f"heat-{start}-{second}-{i}", video, f"u{i}", stamp + i * 1000 // per_second)
+                for i in range(per_second)
+            ]
+            tally.ingest([stamped(view, view.ts) for view in views])
+            tally.count()
+            now[0] += 1.0
+
+
+def _hot_view(event_id: str, video: str, user: str, ts: int) -> Event:
+    return Event(
+        event_id=event_id,
+        type="view",
+        video_id=video,
+        ts=ts,
+        user_id=user,
+        session_id=f"s-{user}",
+        watch_secs=40.0,
+    )
 
 
 def running_session(spark: SparkSession, settings: Settings) -> SparkSession:

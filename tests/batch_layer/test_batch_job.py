@@ -21,6 +21,7 @@ from batch_layer.job import main
 from counting import keys
 from counting.event import Event
 from counting.settings import Settings
+from tests.writers import archived_until
 from warehouse.baseline import current_baseline
 
 WriteLog = Callable[[Path, Sequence[Event]], None]
@@ -43,7 +44,7 @@ def _view(event_id: str, ingest_ts: int, video_id: str = "v1") -> Event:
 
 @pytest.mark.integration
 def test_a_cutoff_off_a_bucket_edge_is_refused(settings: Settings, redis_client: redis.Redis) -> None:
-    redis_client.set(keys.archiver_watermark(), CUTOFF * 2)
+    archived_until(settings, CUTOFF * 2)
     with pytest.raises(
         CutoffNotOnBucketEdge, match=r"got 1795000000001; the edges around it are 1795000000000"
     ):
@@ -53,7 +54,7 @@ def test_a_cutoff_off_a_bucket_edge_is_refused(settings: Settings, redis_client:
 
 @pytest.mark.integration
 def test_an_unclosed_cutoff_is_refused(settings: Settings, redis_client: redis.Redis) -> None:
-    redis_client.set(keys.archiver_watermark(), CUTOFF - 2_000)
+    archived_until(settings, CUTOFF - 2_000)
     with pytest.raises(
         CutoffNotClosed, match=r"cutoff 1795000000000 is not closed.*watermark is 1794999998000"
     ):
@@ -65,7 +66,7 @@ def test_an_unclosed_cutoff_is_refused(settings: Settings, redis_client: redis.R
 def test_a_missing_or_garbled_watermark_is_refused(settings: Settings, redis_client: redis.Redis) -> None:
     with pytest.raises(WatermarkUnavailable, match="has not published one yet"):
         run_batch(settings, CUTOFF)
-    redis_client.set(keys.archiver_watermark(), "soon")
+    redis_client.set(keys.archiver_watermark(), "soon")  # deliberately garbled: the error under test
     with pytest.raises(WatermarkUnavailable, match="not an integer"):
         run_batch(settings, CUTOFF)
 
@@ -81,7 +82,7 @@ def test_an_unreachable_redis_says_what_to_do(tmp_path: Path) -> None:
 def test_no_log_yet_publishes_an_empty_baseline(
     settings: Settings, redis_client: redis.Redis, spark: SparkSession
 ) -> None:
-    redis_client.set(keys.archiver_watermark(), CUTOFF)
+    archived_until(settings, CUTOFF)
     result = run_batch(settings, CUTOFF, spark=spark)
     baseline = current_baseline(settings.baselines_dir)
     assert baseline is not None
@@ -93,7 +94,7 @@ def test_no_log_yet_publishes_an_empty_baseline(
 def test_a_failed_run_leaves_the_previous_baseline_serving(
     settings: Settings, redis_client: redis.Redis, spark: SparkSession, write_log: WriteLog
 ) -> None:
-    redis_client.set(keys.archiver_watermark(), CUTOFF)
+    archived_until(settings, CUTOFF)
     write_log(settings.raw_dir, [_view("a", CUTOFF - 5_000), _view("b", CUTOFF - 4_000), _view("c", CUTOFF)])
     first = run_batch(settings, CUTOFF - 4_000, spark=spark)
     # A file the archiver did not finish properly: the next run cannot read the log.

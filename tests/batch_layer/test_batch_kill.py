@@ -17,11 +17,12 @@ import redis
 from pyspark.sql import SparkSession
 
 from batch_layer import run_batch
-from counting import keys, oracle
+from counting import oracle
 from counting.event import Event, parse_event, stamped
 from counting.settings import Settings
 from counting.traffic import TrafficConfig, generate
 from tally.stack import settings_env
+from tests.writers import archived_until
 from warehouse.baseline import current_baseline
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -48,7 +49,7 @@ def test_killed_run_keeps_the_old_baseline_and_the_rerun_succeeds(
     stamps = sorted(e.ingest_ts or 0 for e in events)
     first_cutoff = stamps[len(stamps) // 2] // settings.bucket_ms * settings.bucket_ms
     final_cutoff = (last // settings.bucket_ms + 1) * settings.bucket_ms
-    redis_client.set(keys.archiver_watermark(), final_cutoff)
+    archived_until(settings, final_cutoff)
     old = run_batch(settings, first_cutoff, spark=spark)
 
     child = subprocess.Popen(

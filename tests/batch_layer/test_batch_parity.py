@@ -16,10 +16,11 @@ from pyspark.sql import SparkSession
 from batch_layer import run_batch
 from batch_layer.load import baseline_path, daily_path
 from batch_layer.series import series_path
-from counting import bots, keys, oracle, rules
+from counting import bots, oracle, rules
 from counting.event import Event
 from counting.settings import Settings
 from tests.logfiles import oracle_rows
+from tests.writers import archived_until
 from warehouse.baseline import COUNT_COLUMNS, current_baseline
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -88,7 +89,7 @@ class _Log:
 
     def datacenter(self, n: int) -> None:
         for i in range(n):
-            ja3 = self.rng.choice(sorted(bots.BAD_JA3)) if i % 2 else None
+            ja3 = self.rng.choice(sorted(bots.SHIPPED.bad_ja3)) if i % 2 else None
             self.view(ip=self.rng.choice(DATACENTER_IPS), ja3=ja3, user_id=f"farm-{i % 7}")
 
     def velocity(self, address: str, per_minute: Sequence[int]) -> None:
@@ -109,9 +110,9 @@ class _Log:
     def bad_tls(self, n: int) -> None:
         """Known bad fingerprints from home addresses, some watching longer than the video lasts."""
         for i in range(n):
-            watch = self.rng.choice((45.0, 5_000.0, bots.MAX_WATCH_SECS + 60))
-            duration = None if watch > bots.MAX_WATCH_SECS else 60.0
-            ja3 = self.rng.choice(sorted(bots.BAD_JA3))
+            watch = self.rng.choice((45.0, 5_000.0, bots.SHIPPED.max_watch_secs + 60))
+            duration = None if watch > bots.SHIPPED.max_watch_secs else 60.0
+            ja3 = self.rng.choice(sorted(bots.SHIPPED.bad_ja3))
             self.view(ja3=ja3, watch_secs=watch, video_duration_secs=duration, user_id=f"tls-{i % 9}")
 
     def reactions(self, n: int) -> None:
@@ -159,7 +160,7 @@ def log() -> list[Event]:
     gen.velocity("198.51.100.7", (45, 31, 30, 12))
     gen.velocity("2001:db8:ffff::9", (33,))
     gen.replay("looper", "vid-03", 15)
-    gen.replay("fan", "vid-04", bots.MAX_REPLAYS_PER_DAY)
+    gen.replay("fan", "vid-04", bots.SHIPPED.max_replays_per_day)
     gen.reactions(500)
     gen.heartbeats(150)
     for cutoff in (MID_CUTOFF, MIDNIGHT):
@@ -179,7 +180,7 @@ def published_log(
     log: list[Event], settings: Settings, redis_client: redis.Redis, write_log: WriteLog
 ) -> Settings:
     write_log(settings.raw_dir, log)
-    redis_client.set(keys.archiver_watermark(), _final_cutoff(log, settings.bucket_ms))
+    archived_until(settings, _final_cutoff(log, settings.bucket_ms))
     return settings
 
 
@@ -187,7 +188,7 @@ def test_the_generated_log_exercises_every_rule(log: list[Event]) -> None:
     totals = oracle.count(log, MID_CUTOFF).values()
     rejected = {reason for c in totals for reason, n in c.rejected.items() if n}
     # The lightest signal never decides alone: watch anomalies are rejected under a heavier reason.
-    assert rejected == set(bots.REASONS) - {bots.WATCH_ANOMALY.name}
+    assert rejected == set(bots.REASONS) - {bots.WATCH_ANOMALY}
     for column in COUNT_COLUMNS:
         assert sum(getattr(c, column) for c in totals) > 0, column
 
@@ -204,7 +205,7 @@ def test_batch_equals_the_oracle_at_a_cutoff(
     assert (baseline.run_id, baseline.cutoff, baseline.rules_version) == (
         result.run_id,
         cutoff,
-        rules.RULES_VERSION,
+        bots.SHIPPED.version,
     )
     assert result.events_read == sum(1 for e in log if (e.ingest_ts or 0) < cutoff)
     assert result.videos == len(baseline.rows)
@@ -223,7 +224,7 @@ def test_batch_equals_the_oracle_after_everything_and_daily_rows_add_up(
 
     daily = pq.read_table(daily_path(published_log, "full"))
     assert set(daily.column("run_id").to_pylist()) == {"full"}
-    assert set(daily.column("rules_version").to_pylist()) == {rules.RULES_VERSION}
+    assert set(daily.column("rules_version").to_pylist()) == {bots.SHIPPED.version}
     for column in ("views", "likes", "dislikes", "short_views", "repeat_views"):
         per_video = daily.group_by("video_id").aggregate([(column, "sum")])
         summed = dict(

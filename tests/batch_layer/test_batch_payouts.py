@@ -24,12 +24,13 @@ from batch_layer.payouts import (
     payout_events_path,
     run_payouts,
 )
-from counting import keys, oracle, rules
+from counting import oracle, rules
+from counting.bots import SHIPPED
 from counting.catalog import CatalogRow
 from counting.event import Event, parse_event, stamped
-from counting.rules import RULES_VERSION
 from counting.settings import Settings
 from counting.traffic import TrafficConfig, catalog_rows, generate
+from tests.writers import archived_until
 from warehouse.migrate import migrate
 from warehouse.store import catalog, ledger_rows, open_store, upsert_catalog
 from warehouse.tables import file_digest, ids_digest
@@ -106,7 +107,7 @@ def test_ledger_amounts_equal_the_oracle_and_a_rewrite_changes_nothing(
     assert {(r.creator_id, r.day): r.monetizable_views for r in ledger} == expected
     for row in ledger:
         views = expected[(row.creator_id, row.day)]
-        assert (row.run_id, row.rules_version, row.currency) == ("run-1", RULES_VERSION, "EUR")
+        assert (row.run_id, row.rules_version, row.currency) == ("run-1", SHIPPED.version, "EUR")
         assert row.amount == (views * RATE / 1000).quantize(Decimal("0.000001"))
         assert row.input_files and all(
             file_digest(settings.raw_dir / path) == sha for path, sha in row.input_files.items()
@@ -133,7 +134,7 @@ def test_a_run_computes_its_payouts_in_its_own_session_and_keeps_them_aside(
     tmp_path: Path, spark: SparkSession, write_log: WriteLog, redis_url: str, redis_client: redis.Redis
 ) -> None:
     settings = payout_settings(tmp_path).model_copy(update={"redis_url": redis_url, "bucket_ms": 60_000})
-    redis_client.set(keys.archiver_watermark(), CUTOFF)
+    archived_until(settings, CUTOFF)
     events = traffic_events(TRAFFIC)
     write_log(settings.raw_dir, events)
     with open_store(settings.store_url) as store:

@@ -84,7 +84,7 @@ def test_a_bad_file_is_refused_with_its_line_and_reason(
 
 
 def test_a_missing_file_is_refused_naming_the_setting(tmp_path: Path) -> None:
-    with pytest.raises(RulesError, match="cannot be read .*TALLY_BOT_RULES_FILE"):
+    with pytest.raises(RulesError, match=r"cannot be read .*TALLY_BOT_RULES_FILE"):
         filter_of(tmp_path / "nowhere.toml")
 
 

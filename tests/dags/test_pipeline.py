@@ -5,21 +5,24 @@ from __future__ import annotations
 
 import time
 import zipfile
+from dataclasses import asdict
 from datetime import UTC, date, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
+from pyspark.sql import SparkSession
 
 from batch_layer.errors import BatchError, CutoffNotOnBucketEdge
 from counting import keys
 from counting.event import Event
-from counting.rules import RULES_VERSION
 from counting.settings import Settings
 from tally import pipeline
+from tests.logfiles import oracle_rows
 from tests.speed_layer.helpers import BROWSER
-from tests.writers import Writers
-from warehouse.baseline import BaselineRow, current_baseline, publish_baseline, rows_table, write_table
+from tests.writers import Writers, archived_until, closed_bucket, writers
+from warehouse.baseline import current_baseline
 
 DAY = datetime(2026, 11, 20, tzinfo=UTC)
 DAY_MS = int(DAY.timestamp() * 1000)
@@ -44,16 +47,16 @@ def test_waiting_ends_once_the_watermark_closes_the_cutoff(
     settings: Settings, redis_client: redis.Redis
 ) -> None:
     assert pipeline.wait_for_cutoff(settings, DAY_MS) is False  # no watermark yet
-    redis_client.set(keys.archiver_watermark(), DAY_MS - 1)
+    archived_until(settings, DAY_MS - 1)
     assert pipeline.wait_for_cutoff(settings, DAY_MS) is False
-    redis_client.set(keys.archiver_watermark(), DAY_MS + 500)
+    archived_until(settings, DAY_MS + 500)
     assert pipeline.wait_for_cutoff(settings, DAY_MS) is True
 
 
 def test_a_recompute_ends_at_its_last_day_or_the_watermark(
     settings: Settings, redis_client: redis.Redis
 ) -> None:
-    redis_client.set(keys.archiver_watermark(), DAY_MS + 3 * 86_400_000 + 1_500)
+    archived_until(settings, DAY_MS + 3 * 86_400_000 + 1_500)
     span = pipeline.recompute_bounds(settings, date(2026, 11, 19), date(2026, 11, 20))
     assert span == {
         "since": DAY_MS - 86_400_000,
@@ -66,36 +69,36 @@ def test_a_recompute_ends_at_its_last_day_or_the_watermark(
         pipeline.recompute_bounds(settings, date(2026, 11, 25), None)
 
 
-def _run_aside(settings: Settings, run_id: str, views: int) -> None:
-    table = rows_table([BaselineRow("vid-1", views=views)])
-    write_table(settings.baselines_dir / run_id / "baseline.parquet", table)
+@pytest.mark.slow
+@pytest.mark.integration
+def test_publishing_never_moves_the_served_baseline_back(
+    settings: Settings, redis_client: redis.Redis, spark: SparkSession
+) -> None:
+    first = closed_bucket(settings) - 2  # the archiver's watermark passes the edge of first + 4
+    views = [
+        _counted_view("vid-1", f"viewer-{b}", b * settings.bucket_ms + 1) for b in range(first, first + 3)
+    ]
+    early, middle, late = ((first + n) * settings.bucket_ms for n in (1, 2, 3))
+    with writers(settings, spark=lambda: spark) as tally:
+        tally.ingest(views)
+        tally.archive()
 
+        def computed(cutoff: int) -> dict[str, Any]:
+            """The interval's batch run, computed aside as the DAG's `compute` leaves it."""
+            return asdict(tally.batch(cutoff, run_id=pipeline.interval_run_id(cutoff), publish=False))
 
-def _run(run_id: str, cutoff: int) -> dict[str, object]:
-    return {
-        "run_id": run_id,
-        "cutoff": cutoff,
-        "rules_version": RULES_VERSION,
-        "events_read": 1,
-        "videos": 1,
-        "seconds": 0.1,
-    }
+        assert pipeline.publish(settings, computed(middle)) is True
+        assert pipeline.publish(settings, computed(early)) is False
+        served = current_baseline(settings.baselines_dir)
+        assert served is not None and served.run_id == pipeline.interval_run_id(middle)
+        assert served.rows == oracle_rows(views, middle)
 
-
-def test_publishing_never_moves_the_served_baseline_back(settings: Settings) -> None:
-    _run_aside(settings, "interval-4000", 5)
-    publish_baseline(settings.baselines_dir, "interval-4000", 4000, RULES_VERSION, published_at=1)
-    _run_aside(settings, "interval-2000", 3)
-    _run_aside(settings, "interval-6000", 7)
-
-    assert pipeline.publish(settings, _run("interval-2000", 2000)) is False
+        later = computed(late)
+        assert pipeline.publish(settings, later) is True
+        assert pipeline.publish(settings, later) is True  # a re-run republishes
     served = current_baseline(settings.baselines_dir)
-    assert served is not None and served.run_id == "interval-4000"
-
-    assert pipeline.publish(settings, _run("interval-6000", 6000)) is True
-    assert pipeline.publish(settings, _run("interval-6000", 6000)) is True  # a re-run republishes
-    served = current_baseline(settings.baselines_dir)
-    assert served is not None and (served.run_id, served.cutoff) == ("interval-6000", 6000)
+    assert served is not None and (served.run_id, served.cutoff) == (pipeline.interval_run_id(late), late)
+    assert served.rows == oracle_rows(views, late)
 
 
 def _counted_view(video: str, user: str, ingest_ts: int) -> Event:

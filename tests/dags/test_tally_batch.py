@@ -6,21 +6,23 @@ from __future__ import annotations
 
 import html
 import re
-import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
+from pyspark.sql import SparkSession
 
 from counting import keys
 from counting.event import Event, event_from_dict, stamped
-from counting.rules import RULES_VERSION
 from counting.settings import Settings
 from counting.traffic import TrafficConfig, catalog_rows, generate
-from tests.logfiles import WriteLog, hour_folder, log_rows, oracle_rows, write_rows
-from warehouse.baseline import BaselineRow, current_baseline, publish_baseline, rows_table, write_table
+from tally import pipeline
+from tests.logfiles import hour_folder, log_rows, oracle_rows, write_rows
+from tests.speed_layer.helpers import BROWSER
+from tests.writers import writers
+from warehouse.baseline import current_baseline
 from warehouse.migrate import migrate
 from warehouse.store import open_store, upsert_catalog
 
@@ -59,12 +61,40 @@ def _traffic(start_ms: int, seed: int) -> tuple[TrafficConfig, list[Event]]:
     return config, events
 
 
-def _serve_baseline(settings: Settings, cutoff: int, rows: dict[str, BaselineRow]) -> None:
-    """Publish a baseline as the run of the previous interval would have."""
-    run_id = f"interval-{cutoff}"
-    write_table(settings.baselines_dir / run_id / "baseline.parquet", rows_table(list(rows.values())))
-    published_at = int(time.time() * 1000)
-    publish_baseline(settings.baselines_dir, run_id, cutoff, RULES_VERSION, published_at=published_at)
+def _views_long_ago(video: str, bucket: int, bucket_ms: int) -> list[Event]:
+    """A few views of `video` that pass every rule, ingested in one bucket (stamped as the log has
+    them)."""
+    return [
+        Event(
+            event_id=f"long-ago-{bucket}-{i}",
+            type="view",
+            video_id=video,
+            ts=bucket * bucket_ms + 100 * i,
+            user_id=f"long-ago-user-{i}",
+            session_id=f"long-ago-session-{i}",
+            ip=f"81.2.60.{i + 1}",
+            user_agent=BROWSER,
+            watch_secs=60.0,
+            video_duration_secs=120.0,
+            ingest_ts=bucket * bucket_ms + 100 * i + 50,
+        )
+        for i in range(3)
+    ]
+
+
+def _speed_buckets(client: redis.Redis) -> dict[str, list[int]]:
+    """Each video's buckets in the speed layer's index (what the counter wrote, less expired ones)."""
+    found = {}
+    for raw in client.smembers(keys.videos_index()):
+        video = cast(bytes, raw).decode()
+        found[video] = [int(cast(bytes, b)) for b in client.zrange(keys.buckets_index(video), 0, -1)]
+    return found
+
+
+def _trending_buckets(client: redis.Redis) -> set[int]:
+    """The buckets that have a trending set."""
+    pattern = keys.trending(0).removesuffix("0") + "*"
+    return {int(key.rsplit(b":", 1)[-1]) for key in client.scan_iter(match=pattern)}
 
 
 def _moment(ms: int) -> datetime:
@@ -81,26 +111,34 @@ def _states(run: Any) -> dict[str, str | None]:
 
 
 def test_a_clean_interval_moves_the_served_baseline_to_its_end(
-    dag_bag: Any, tally_env: Settings, redis_client: redis.Redis, write_log: WriteLog
+    dag_bag: Any, tally_env: Settings, redis_client: redis.Redis, spark: SparkSession
 ) -> None:
     settings = tally_env
     start = int(datetime(2026, 11, 20, 4, tzinfo=UTC).timestamp() * 1000)
     previous_cutoff, cutoff = start + HOUR_MS, start + 2 * HOUR_MS
-    config, events = _traffic(start, seed=5)
-    assert max(e.ingest_ts or 0 for e in events) > previous_cutoff
-    write_log(settings.raw_dir, events)
+    config, traffic = _traffic(start, seed=5)
+    assert max(e.ingest_ts or 0 for e in traffic) > previous_cutoff
+    oldest_kept = (cutoff - settings.retention_ms) // settings.bucket_ms
+    old = oldest_kept - 5
+    video = catalog_rows(config)[0].video_id
+    assert video in {e.video_id for e in traffic}
+    events = [*traffic, *_views_long_ago(video, old, settings.bucket_ms)]
     migrate(settings.store_url)
     with open_store(settings.store_url) as store:
         upsert_catalog(store, catalog_rows(config))
-    _serve_baseline(settings, previous_cutoff, oracle_rows(events, previous_cutoff))
-    redis_client.set(keys.archiver_watermark(), cutoff)
-    old = (cutoff - settings.retention_ms) // settings.bucket_ms - 5
-    fresh = cutoff // settings.bucket_ms - 1
-    for bucket in (old, fresh):
-        redis_client.hset(keys.bucket_counts("vid-x", bucket), "views", 1)
-        redis_client.zadd(keys.buckets_index("vid-x"), {str(bucket): bucket})
-        redis_client.zadd(keys.trending(bucket), {"vid-x": 1})
-    redis_client.sadd(keys.videos_index(), "vid-x")
+    # The counter (real clock: every bucket expires a retention from now), the archiver's log and
+    # watermark, and the previous interval's run, published.
+    with writers(settings, spark=lambda: spark) as tally:
+        tally.ingest(events)
+        tally.count()
+        tally.archive()
+        tally.batch(previous_cutoff, run_id=pipeline.interval_run_id(previous_cutoff))
+    written = _speed_buckets(redis_client)
+    assert [b for buckets in written.values() for b in buckets if b < oldest_kept] == [old]
+    old_keys = (keys.bucket_counts(video, old), keys.viewers_sketch(video, old), keys.trending(old))
+    assert redis_client.exists(*old_keys) == 3
+    trending = _trending_buckets(redis_client)
+    assert old in trending
 
     dag = dag_bag.get_dag("tally_batch")
     for task in dag.tasks:
@@ -112,23 +150,27 @@ def test_a_clean_interval_moves_the_served_baseline_to_its_end(
     assert served is not None
     assert (served.run_id, served.cutoff) == (f"interval-{cutoff}", cutoff)
     assert served.rows == oracle_rows(events, cutoff)
-    assert not redis_client.exists(keys.bucket_counts("vid-x", old), keys.trending(old))
-    assert redis_client.exists(keys.bucket_counts("vid-x", fresh), keys.trending(fresh)) == 2
-    assert redis_client.zrange(keys.buckets_index("vid-x"), 0, -1) == [str(fresh).encode()]
+    assert not redis_client.exists(*old_keys)
+    kept = {v: [b for b in buckets if b != old] for v, buckets in written.items()}
+    assert _speed_buckets(redis_client) == kept
+    assert all(redis_client.exists(keys.bucket_counts(v, b)) for v, buckets in kept.items() for b in buckets)
+    assert _trending_buckets(redis_client) == trending - {old}
     pages = list((settings.quality_dir / "gx").rglob("validations/*/*/*/*.html"))
     assert {page.parts[-4] for page in pages} == {"raw_log", "batch_baseline", "batch_daily"}
 
 
 def test_a_corrupt_partition_fails_at_validation_and_the_previous_baseline_stays(
-    dag_bag: Any, tally_env: Settings, redis_client: redis.Redis, write_log: WriteLog
+    dag_bag: Any, tally_env: Settings, redis_client: redis.Redis, spark: SparkSession
 ) -> None:
     settings = tally_env
     start = int(datetime(2026, 11, 21, 9, tzinfo=UTC).timestamp() * 1000)
     previous_cutoff, cutoff = start + HOUR_MS, start + 2 * HOUR_MS
     _, events = _traffic(start, seed=6)
-    write_log(settings.raw_dir, events)
-    _serve_baseline(settings, previous_cutoff, oracle_rows(events, previous_cutoff))
-    redis_client.set(keys.archiver_watermark(), cutoff)
+    with writers(settings, spark=lambda: spark) as tally:  # the log, the watermark, the previous run
+        tally.ingest(events)
+        tally.archive()
+        tally.batch(previous_cutoff, run_id=pipeline.interval_run_id(previous_cutoff))
+    # A file no archiver wrote, planted on purpose: the validation must catch it.
     good = [e for e in events if previous_cutoff <= (e.ingest_ts or 0) < cutoff][:3]
     bad = log_rows(good, first_offset=90_000)
     bad[0]["event_id"] = None

@@ -14,13 +14,13 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-from counting import keys
 from counting.event import Event
 from counting.settings import Settings
 from counting.traffic import TrafficConfig, catalog_rows
 from tally import pipeline
 from tests.dags.test_tally_batch import HOUR_MS, _moment, _page_text, _states, _traffic
 from tests.logfiles import WriteLog, hour_folder, log_rows, oracle_rows, write_rows
+from tests.writers import archived_until
 from warehouse import tables
 from warehouse.baseline import current_baseline
 from warehouse.migrate import migrate
@@ -72,7 +72,7 @@ def test_a_bad_file_in_a_skipped_interval_stops_the_next_run(
     config, events = _traffic(start, seed=11)
     write_log(settings.raw_dir, events)
     _load_catalog(settings, config)
-    redis_client.set(keys.archiver_watermark(), later + HOUR_MS)
+    archived_until(settings, later + HOUR_MS)
     dag = _batch_dag(dag_bag)
 
     run = dag.test(logical_date=_moment(first))  # the interval [04:00, 05:00)
@@ -172,7 +172,7 @@ def test_a_repair_that_lowers_the_counts_publishes_only_with_a_recorded_reason(
     inflated = oracle_rows([*events, *replayed], first)[monetized.video_id].views
     assert inflated - oracle_rows(events, first)[monetized.video_id].views == 300  # all counted
     assert oracle_rows(events, second)[monetized.video_id].views < inflated
-    redis_client.set(keys.archiver_watermark(), third)
+    archived_until(settings, third)
     dag = _batch_dag(dag_bag)
 
     run = dag.test(logical_date=_moment(first))  # publishes the replayed views, which pass every rule

@@ -11,13 +11,13 @@ import redis
 from confluent_kafka import Consumer, TopicPartition
 
 from counting import keys
-from counting.event import Event, stamped
+from counting.event import Event
 from counting.settings import Settings
 from counting.wire import decode_events, partition_for, record_key
 from ingest.publisher import Publisher, ShardCounts, shard_of
 from tally.services import free_port
 from tally.topics import ensure_topics
-from tests.writers import writers
+from tests.writers import heat
 
 pytestmark = pytest.mark.integration
 
@@ -51,24 +51,6 @@ def _read(settings: Settings, expected: int) -> list[tuple[int, Event]]:
     return found
 
 
-def _heat(settings: Settings, video: str) -> None:
-    """Views of `video` at twice the hot threshold for four seconds of ingestion, counted a second
-    at a time by the real counter: it doubles the video's shard count each second (1, 2, 4, 8)."""
-    now = [time.time()]
-    with writers(settings, clock=lambda: now[0]) as tally:
-        start = int(now[0] * 1000)
-        for second in range(4):
-            stamp = start + second * 1000
-            tally.ingest(
-                [
-                    stamped(_event(10_000 + second * 1000 + i, video, f"u{i}"), stamp + i)
-                    for i in range(2 * HOT_EVENTS_PER_SEC)
-                ]
-            )
-            tally.count()
-            now[0] += 1.0
-
-
 def test_a_viewers_events_always_get_the_same_shard() -> None:
     view = _event(1, "v", "someone")
     assert {shard_of(view, 8) for _ in range(3)} == {shard_of(_event(2, "v", "someone"), 8)}
@@ -88,7 +70,9 @@ async def test_a_hot_videos_events_spread_over_partitions_by_viewer(
         }
     )
     ensure_topics(configured)
-    await asyncio.to_thread(_heat, configured, "hot")  # the writers run their own event loop
+    # Four seconds of hot traffic through the real counter: 1, 2, 4, 8 shards (the writers run
+    # their own event loop).
+    await asyncio.to_thread(heat, configured, "hot", 4)
     assert redis_client.get(keys.shards("hot")) == b"8"
     publisher = Publisher(configured)
     await publisher.start()

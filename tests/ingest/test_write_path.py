@@ -30,6 +30,7 @@ from ingest.ratelimit import Limit, RateLimiter, Refusal
 from ingest.reactions import ReactionState
 from tally.services import free_port, wait_for_port
 from tally.topics import ensure_topics
+from tests.writers import heat
 
 pytestmark = pytest.mark.integration
 
@@ -148,14 +149,24 @@ class _CountingRedis:
         await self.client.aclose()
 
 
-async def test_shard_counts_are_read_ahead_of_their_expiry(redis_url: str, redis_client: redis.Redis) -> None:
-    counting = _CountingRedis(aioredis.Redis.from_url(redis_url))
+async def test_shard_counts_are_read_ahead_of_their_expiry(
+    settings: Settings, redis_client: redis.Redis
+) -> None:
+    hot = settings.model_copy(update={"hot_video_events_per_sec": 10})
+
+    async def heated_to(shards: int) -> None:
+        """The real counter raises "hot" to `shards` (capped there: one second more than it needs)."""
+        capped = hot.model_copy(update={"max_video_shards": shards})
+        await asyncio.to_thread(heat, capped, "hot", shards.bit_length() + 1)  # the writers' own loop
+        assert redis_client.get(keys.shards("hot")) == str(shards).encode()
+
+    counting = _CountingRedis(aioredis.Redis.from_url(settings.redis_url))
     clock = [1_000.0]
     counts = ShardCounts(counting, clock=lambda: clock[0])  # type: ignore[arg-type]
-    redis_client.set(keys.shards("hot"), 4)
+    await heated_to(4)
     assert await counts.of({"hot", "cold"}) == {"hot": 4, "cold": 1}
     assert counting.mgets == 1
-    redis_client.set(keys.shards("hot"), 8)
+    await heated_to(8)
     clock[0] += SHARDS_TTL_S * 0.6  # still trusted: answered at once, read again in the background
     assert await counts.of({"hot"}) == {"hot": 4}
     deadline = time.monotonic() + 5
@@ -165,7 +176,7 @@ async def test_shard_counts_are_read_ahead_of_their_expiry(redis_url: str, redis
     assert await counts.of({"hot"}) == {"hot": 8}
     assert counting.mgets == 2
     clock[0] += SHARDS_TTL_S  # expired: read before it is used
-    redis_client.set(keys.shards("hot"), 16)
+    await heated_to(16)
     assert await counts.of({"hot"}) == {"hot": 16}
     assert counting.mgets == 3
     await counts.close()

@@ -8,16 +8,15 @@ from collections.abc import Iterator
 from datetime import date
 
 import pytest
-import redis
 from fastapi.testclient import TestClient
 
-from counting import keys
 from counting.settings import Settings
 from counting.traffic import catalog_rows
 from serving_layer.app import create_app
 from tally import pipeline
 from tests.batch_layer.test_batch_payouts import CUTOFF, TRAFFIC, oracle_views, traffic_events
 from tests.logfiles import write_log
+from tests.writers import archived_until
 from warehouse.migrate import migrate
 from warehouse.store import ledger_rows, open_store, upsert_catalog
 from warehouse.tables import files_digest
@@ -47,9 +46,7 @@ def paid(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> tuple[Sett
     with open_store(settings.store_url) as store:
         upsert_catalog(store, catalog_rows(TRAFFIC))
     write_log(settings.raw_dir, traffic_events(TRAFFIC))
-    client = redis.Redis.from_url(redis_url)
-    client.set(keys.archiver_watermark(), CUTOFF)
-    client.close()
+    archived_until(settings, CUTOFF)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("GX_ANALYTICS_ENABLED", "False")
         runs = [pipeline.batch_run(settings, cutoff, payouts=True) for cutoff in CUTOFFS]

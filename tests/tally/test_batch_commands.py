@@ -12,12 +12,12 @@ import pytest
 import redis
 from typer.testing import CliRunner
 
-from counting import keys
 from counting.settings import Settings
 from counting.traffic import catalog_rows
 from tally.cli import app
 from tests.batch_layer.test_batch_payouts import CUTOFF, TRAFFIC, oracle_views, traffic_events
 from tests.logfiles import write_log
+from tests.writers import archived_until
 from warehouse.baseline import current_baseline, read_pointer
 from warehouse.store import get_run, ledger_rows, open_store
 from warehouse.tables import files_digest
@@ -43,7 +43,7 @@ def data_dir(
     monkeypatch.setenv("GX_ANALYTICS_ENABLED", "False")
     folder = tmp_path / "data"
     write_log(Settings(data_dir=folder).raw_dir, traffic_events(TRAFFIC))
-    redis_client.set(keys.archiver_watermark(), CUTOFF)
+    archived_until(_settings(folder), CUTOFF)
     return folder
 
 

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from counting.event import parse_event
 from counting.settings import Settings
 from tally.cli import app
+from tests.writers import archived_until
 
 runner = CliRunner()
 
@@ -46,7 +47,7 @@ def test_batch_run_refuses_an_unclosed_cutoff(
     monkeypatch.setenv("TALLY_BUCKET_MS", "1000")
     settings = Settings(data_dir=tmp_path)
     cutoff = 10 * settings.bucket_ms
-    redis_client.set("tally:archiver:watermark", cutoff - 1)
+    archived_until(settings, cutoff - 1)
 
     result = runner.invoke(app, ["batch", "run", "--cutoff", str(cutoff), "--data-dir", str(tmp_path)])
 
