@@ -1,39 +1,52 @@
-"""Each warehouse model on a tiny build: a hive-layout log, a published baseline, a run's daily
-outputs and a SQLite store, with every expectation written out by hand."""
+"""Each warehouse model on a tiny build of what the real writers wrote: the events ingested and
+archived, the catalog in the store, two batch runs published, recorded and paid; every expectation
+written out by hand from the events."""
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+import uuid
+from dataclasses import asdict
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import msgspec
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-import sqlalchemy as sa
+from pyspark.sql import SparkSession
 
-from counting import oracle
+from batch_layer.payouts import run_payouts
+from counting.catalog import CatalogRow
 from counting.event import Event
-from counting.logschema import LOG_COLUMNS
 from counting.settings import Settings
-from warehouse import tables
-from warehouse.baseline import BaselineRow, baseline_schema, publish_baseline, rows_table, write_table
+from tally import pipeline
+from tests.writers import writers
 from warehouse.build import BuildReport, build_warehouse
 from warehouse.errors import WarehouseBuildError
+from warehouse.migrate import migrate
 from warehouse.models import MODELS_DIR, load_models
+from warehouse.store import open_store, upsert_catalog
 
-RUN = "20261121T000000-c1795305600000-abc123"
-OLD_RUN = "20261120T000000-c1795219200000-def456"
-DAY1 = 1_795_046_400_000  # 2026-11-19T00:00Z
+RUN = "run-2-latest"
+OLD_RUN = "run-1-older"
+HOUR = 3_600_000
+# The events fall on the two UTC days before TODAY, the day of an hour ago: TODAY's midnight, the
+# latest cutoff, is then below the archiver's watermark (now less a second of delivery grace) even
+# when the tests run just after midnight.
+TODAY = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)).date()
+D1, D2 = TODAY - dt.timedelta(days=2), TODAY - dt.timedelta(days=1)
+DAY1 = int(dt.datetime.combine(D1, dt.time(), dt.UTC).timestamp() * 1000)
 DAY2 = DAY1 + 86_400_000
-CUTOFF = DAY2 + 86_400_000
+CUTOFF = DAY2 + 86_400_000  # TODAY's midnight: the latest run reads every event
+OLD_CUTOFF = DAY1 + 2 * HOUR  # the older run reads day 1 up to bob's view of v1 (excluded)
 BROWSER = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 Chrome/120.0 Safari/537.36"
-_ARROW = {"string": pa.string(), "int64": pa.int64(), "double": pa.float64()}
-LOG_SCHEMA = pa.schema([(name, _ARROW[kind]) for name, kind in LOG_COLUMNS])
+CATALOG = [
+    CatalogRow("v1", "c1", 120.0, True),
+    CatalogRow("v2", "c1", 120.0, False),
+    CatalogRow("v3", "c2", 30.0, True),
+]
+ALLOW_DECREASE = "removed a replayed file"
 
 
 def _view(n: int, video: str, ts: int, user: str, **fields: Any) -> Event:
@@ -55,147 +68,68 @@ def _view(n: int, video: str, ts: int, user: str, **fields: Any) -> Event:
 
 
 def _events() -> list[Event]:
-    hour = 3_600_000
     return [
-        _view(1, "v1", DAY1 + hour, "alice"),
-        _view(2, "v1", DAY1 + 2 * hour, "bob"),
-        _view(3, "v1", DAY2 + hour, "alice"),
-        _view(4, "v2", DAY1 + hour, "carol"),
-        _view(5, "v2", DAY1 + hour + 1, "dave", user_agent="python-requests/2.31"),
-        _view(6, "v2", DAY2 + hour, "erin", ip="52.1.2.3", ja3="3b5074b1b5d032e5620f69f9f700ff0e"),
-        _view(7, "v3", DAY2 + 3 * hour, "frank", watch_secs=10.0),
+        _view(1, "v1", DAY1 + HOUR, "alice"),
+        _view(2, "v1", DAY1 + 2 * HOUR, "bob"),
+        _view(3, "v1", DAY2 + HOUR, "alice"),
+        _view(4, "v2", DAY1 + HOUR, "carol"),
+        _view(5, "v2", DAY1 + HOUR + 1, "dave", user_agent="python-requests/2.31"),
+        _view(6, "v2", DAY2 + HOUR, "erin", ip="52.1.2.3", ja3="3b5074b1b5d032e5620f69f9f700ff0e"),
+        _view(7, "v3", DAY2 + 3 * HOUR, "frank", watch_secs=10.0),
         Event(
             event_id="e8",
             type="like",
             video_id="v1",
-            ts=DAY1 + hour,
+            ts=DAY1 + HOUR,
             user_id="alice",
-            ingest_ts=DAY1 + hour + 9,
+            ingest_ts=DAY1 + HOUR + 9,
         ),
         Event(
             event_id="e9",
             type="dislike",
             video_id="v2",
-            ts=DAY1 + hour,
+            ts=DAY1 + HOUR,
             user_id="bob",
-            ingest_ts=DAY1 + hour + 9,
+            ingest_ts=DAY1 + HOUR + 9,
         ),
     ]
 
 
-def _write_log(raw_dir: Path, events: Sequence[Event]) -> int:
-    """The events as the archiver files them, plus one retry copy in another file: the rows written."""
-    rows = []
-    for offset, event in enumerate(events):
-        row: dict[str, Any] = {name: None for name, _ in LOG_COLUMNS}
-        row.update(msgspec.structs.asdict(event), kafka_partition=0, kafka_offset=offset)
-        rows.append(row)
-    rows.append({**rows[0], "ingest_ts": rows[0]["ingest_ts"] + 1_000, "kafka_offset": len(rows)})
-    for row in rows:
-        moment = dt.datetime.fromtimestamp(row["ingest_ts"] / 1000, tz=dt.UTC)
-        folder = raw_dir / f"ingest_date={moment:%Y-%m-%d}" / f"ingest_hour={moment:%H}"
-        folder.mkdir(parents=True, exist_ok=True)
-        name = f"events-p0-{row['kafka_offset']:012d}-{row['kafka_offset']:012d}.parquet"
-        pq.write_table(pa.Table.from_pylist([row], schema=LOG_SCHEMA), folder / name)
-    return len(rows)
-
-
-def _daily(video: str, day: dt.date, **counts: int) -> dict[str, Any]:
-    row: dict[str, Any] = {"date": day, **dict.fromkeys(baseline_schema().names[1:], 0)}
-    row.update(video_id=video, run_id=RUN, rules_version="2026.11.1", **counts)
-    return row
-
-
-D1, D2 = dt.date(2026, 11, 19), dt.date(2026, 11, 20)
-DAILY = [
-    _daily("v1", D1, views=2, unique_viewers=2, likes=1),
-    _daily("v1", D2, views=1, unique_viewers=1),
-    _daily("v2", D1, views=1, unique_viewers=1, dislikes=1, rejected_scripted_agent=1),
-    _daily("v2", D2, rejected_datacenter_ip=1),
-    _daily("v3", D2, short_views=1),
-]
-
-
-def _write_daily(settings: Settings) -> None:
-    schema = pa.schema(
-        [("date", pa.date32()), *baseline_schema(), ("run_id", pa.string()), ("rules_version", pa.string())]
-    )
-    folder = settings.batch_dir / RUN / "daily_video"
-    folder.mkdir(parents=True)
-    pq.write_table(pa.Table.from_pylist(DAILY, schema=schema), folder / "part-00000.parquet")
-
-
-def _write_baseline(settings: Settings, events: Sequence[Event]) -> None:
-    rows = [
-        BaselineRow(
-            video, c.views, c.likes, c.dislikes, c.unique_viewers, c.short_views, c.repeat_views, c.rejected
-        )
-        for video, c in oracle.count(events, CUTOFF).items()
-    ]
-    write_table(settings.baselines_dir / RUN / "baseline.parquet", rows_table(rows))
-    publish_baseline(settings.baselines_dir, RUN, CUTOFF, "2026.11.1", published_at=CUTOFF + 60_000)
-
-
-def _write_store(settings: Settings) -> None:
-    engine = sa.create_engine(settings.store_url)
-    tables.metadata.create_all(engine)
-    at = dt.datetime(2026, 11, 21, 1, 0, tzinfo=dt.UTC)
-    day_before = at - dt.timedelta(days=1)
-    ledger = {
-        "rate_per_1000": Decimal("2.000000"),
-        "currency": "USD",
-        "input_files": {"ingest_date=2026-11-19/ingest_hour=01/a.parquet": "ab" * 32},
-        "rules_version": "2026.11.1",
-    }
-    with engine.begin() as connection:
-        connection.execute(
-            sa.insert(tables.videos),
-            [
-                {"video_id": "v1", "creator_id": "c1", "duration_secs": 120.0, "monetized": True},
-                {"video_id": "v2", "creator_id": "c1", "duration_secs": 120.0, "monetized": False},
-                {"video_id": "v3", "creator_id": "c2", "duration_secs": 30.0, "monetized": True},
-            ],
-        )
-        for run_id, when in ((OLD_RUN, at - dt.timedelta(days=1)), (RUN, at)):
-            connection.execute(
-                sa.insert(tables.batch_runs),
-                {
-                    "run_id": run_id,
-                    "cutoff": CUTOFF,
-                    "rules_version": "2026.11.1",
-                    "started_at": when,
-                    "finished_at": when,
-                    "status": "succeeded",
-                    "events_read": 10,
-                    "input_files": {},
-                    "published_at": when,
-                    "allow_decrease_reason": "removed a replayed file" if run_id == RUN else None,
-                },
-            )
-        connection.execute(
-            sa.insert(tables.payout_ledger),
-            [
-                # the old run saw one view on day 1; the current run corrects it to two
-                {**ledger, "creator_id": "c1", "day": D1, "run_id": OLD_RUN, "monetizable_views": 1,
-                 "amount": Decimal("0.002000"), "counted_ids_digest": "0" * 64, "created_at": day_before},
-                {**ledger, "creator_id": "c1", "day": D1, "run_id": RUN, "monetizable_views": 2,
-                 "amount": Decimal("0.004000"), "counted_ids_digest": "1" * 64, "created_at": at},
-                {**ledger, "creator_id": "c1", "day": D2, "run_id": RUN, "monetizable_views": 1,
-                 "amount": Decimal("0.002000"), "counted_ids_digest": "2" * 64, "created_at": at},
-            ],
-        )  # fmt: skip
-    engine.dispose()
-
-
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[BuildReport, int]:
-    settings = Settings(data_dir=tmp_path_factory.mktemp("warehouse") / "data")
+def built(
+    tmp_path_factory: pytest.TempPathFactory, redis_url: str, spark: SparkSession
+) -> tuple[BuildReport, int]:
+    """The build after the real writers: the events ingested (the first sent again a second later,
+    a client's retry) and archived, the catalog in the store, then a batch run at OLD_CUTOFF and
+    one at CUTOFF, each published and recorded as the DAG's `publish` does (the latest with an
+    operator's reason to let views fall) and paid by the payout writer. Also the log rows sent."""
+    topic = f"warehouse-{uuid.uuid4().hex[:8]}"
+    settings = Settings(
+        data_dir=tmp_path_factory.mktemp("warehouse") / "data",
+        bucket_ms=2_000,
+        redis_url=redis_url,
+        events_topic=topic,
+        dead_letter_topic=f"{topic}-dlq",
+        topic_partitions=2,
+        delivery_timeout_ms=1_000,
+        payout_rate_per_1000_views=Decimal("2.00"),
+        payout_currency="USD",
+    )
     events = _events()
-    written = _write_log(settings.raw_dir, events)
-    _write_daily(settings)
-    _write_baseline(settings, events)
-    _write_store(settings)
-    return build_warehouse(settings), written
+    first = events[0]
+    assert first.ingest_ts is not None
+    sent = [*events, msgspec.structs.replace(first, ingest_ts=first.ingest_ts + 1_000)]
+    migrate(settings.store_url)
+    with open_store(settings.store_url) as store:
+        upsert_catalog(store, CATALOG)
+    with writers(settings, spark=lambda: spark) as tally:
+        tally.ingest(sent)
+        assert tally.archive() >= CUTOFF
+        for run_id, cutoff, reason in ((OLD_RUN, OLD_CUTOFF, None), (RUN, CUTOFF, ALLOW_DECREASE)):
+            computed = tally.batch(cutoff, run_id=run_id, publish=False)
+            assert pipeline.publish(settings, asdict(computed), allow_decrease_reason=reason)
+            run_payouts(settings, run_id, cutoff, spark=spark)
+    return build_warehouse(settings), len(sent)
 
 
 def _query(report: BuildReport, sql: str) -> list[tuple[Any, ...]]:
@@ -203,6 +137,8 @@ def _query(report: BuildReport, sql: str) -> list[tuple[Any, ...]]:
         return con.execute(sql).fetchall()
 
 
+@pytest.mark.slow
+@pytest.mark.integration
 def test_the_file_opens_read_only_with_every_model(built: tuple[BuildReport, int]) -> None:
     report, _ = built
     names = {m.name for m in load_models()}
@@ -222,6 +158,8 @@ def test_models_are_ordered_after_what_they_read() -> None:
     assert order.index("stg_payout_ledger") < order.index("mart_creator_payouts")
 
 
+@pytest.mark.slow
+@pytest.mark.integration
 def test_stg_events_has_every_log_row_typed(built: tuple[BuildReport, int]) -> None:
     report, written = built
     rows = _query(
@@ -229,7 +167,7 @@ def test_stg_events_has_every_log_row_typed(built: tuple[BuildReport, int]) -> N
         "select count(*), count(distinct event_id), min(event_time), min(ingest_date), max(ingest_hour) "
         "from stg_events",
     )
-    assert rows == [(written, 9, dt.datetime(2026, 11, 19, 1, 0), dt.date(2026, 11, 19), 3)]
+    assert rows == [(written, 9, dt.datetime.combine(D1, dt.time(1)), D1, 3)]
     assert report_rows(report, "stg_events") == written
 
 
@@ -237,6 +175,8 @@ def report_rows(report: BuildReport, name: str) -> int:
     return next(m.rows for m in report.models if m.name == name)
 
 
+@pytest.mark.slow
+@pytest.mark.integration
 def test_stg_baseline_is_the_published_run(built: tuple[BuildReport, int]) -> None:
     report, _ = built
     rows = _query(
@@ -251,6 +191,8 @@ def test_stg_baseline_is_the_published_run(built: tuple[BuildReport, int]) -> No
     ]
 
 
+@pytest.mark.slow
+@pytest.mark.integration
 def test_stg_daily_video_is_the_runs_daily_output(built: tuple[BuildReport, int]) -> None:
     report, _ = built
     rows = _query(report, "select date, video_id, views, run_id from stg_daily_video order by date, video_id")
@@ -263,6 +205,8 @@ def test_stg_daily_video_is_the_runs_daily_output(built: tuple[BuildReport, int]
     ]
 
 
+@pytest.mark.slow
+@pytest.mark.integration
 def test_store_staging_models_copy_the_store(built: tuple[BuildReport, int]) -> None:
     report, _ = built
     assert _query(report, "select video_id, creator_id, monetized from stg_videos order by 1") == [
@@ -270,6 +214,8 @@ def test_store_staging_models_copy_the_store(built: tuple[BuildReport, int]) -> 
         ("v2", "c1", False),
         ("v3", "c2", True),
     ]
+    # the older run paid c1 one view of day 1; the latest run two of day 1 and one of day 2 (v3's
+    # one view is short: c2 is paid nothing)
     assert _query(report, "select count(*), sum(amount) from stg_payout_ledger") == [(3, Decimal("0.008000"))]
     assert report.sources == {"raw_videos": 3, "raw_payout_ledger": 3, "raw_batch_runs": 2}
     runs = _query(
@@ -278,11 +224,13 @@ def test_store_staging_models_copy_the_store(built: tuple[BuildReport, int]) -> 
         "from stg_batch_runs order by run_id",
     )
     assert runs == [
-        (OLD_RUN, CUTOFF, "succeeded", None, False, False),
-        (RUN, CUTOFF, "succeeded", "removed a replayed file", False, False),
+        (OLD_RUN, OLD_CUTOFF, "succeeded", None, False, False),
+        (RUN, CUTOFF, "succeeded", ALLOW_DECREASE, False, False),
     ]
 
 
+@pytest.mark.slow
+@pytest.mark.integration
 def test_mart_daily_video_stats(built: tuple[BuildReport, int]) -> None:
     report, _ = built
     rows = _query(
@@ -299,10 +247,12 @@ def test_mart_daily_video_stats(built: tuple[BuildReport, int]) -> None:
     ]
 
 
+@pytest.mark.slow
+@pytest.mark.integration
 def test_mart_top_videos(built: tuple[BuildReport, int]) -> None:
     report, _ = built
     rows = _query(report, "select rank, video_id, creator_id, views, like_ratio, as_of from mart_top_videos")
-    as_of = dt.datetime(2026, 11, 21, 0, 0)
+    as_of = dt.datetime.combine(TODAY, dt.time())
     assert rows == [
         (1, "v1", "c1", 3, Decimal("1.0"), as_of),
         (2, "v2", "c1", 1, Decimal("0.0"), as_of),
@@ -310,6 +260,8 @@ def test_mart_top_videos(built: tuple[BuildReport, int]) -> None:
     ]
 
 
+@pytest.mark.slow
+@pytest.mark.integration
 def test_mart_rejected_by_reason_day(built: tuple[BuildReport, int]) -> None:
     report, _ = built
     rows = _query(
@@ -319,6 +271,8 @@ def test_mart_rejected_by_reason_day(built: tuple[BuildReport, int]) -> None:
     assert [float(r[4]) for r in rows] == [1.0, 1.0]
 
 
+@pytest.mark.slow
+@pytest.mark.integration
 def test_mart_creator_payouts_takes_the_latest_run(built: tuple[BuildReport, int]) -> None:
     report, _ = built
     rows = _query(
@@ -330,7 +284,7 @@ def test_mart_creator_payouts_takes_the_latest_run(built: tuple[BuildReport, int
         ("c1", D2, 1, Decimal("0.002000"), "USD", RUN),
     ]
     reasons = _query(report, "select distinct allow_decrease_reason from mart_creator_payouts")
-    assert reasons == [("removed a replayed file",)]
+    assert reasons == [(ALLOW_DECREASE,)]
 
 
 def test_an_empty_data_dir_builds_empty_typed_models(tmp_path: Path) -> None:
