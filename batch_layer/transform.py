@@ -15,9 +15,12 @@ from batch_layer.session import partial_aggregation_bypassed
 from batch_layer.verdict import (
     STATIC_SIGNALS,
     allowed_addresses,
+    is_bunched,
     is_high_velocity,
+    is_near_threshold,
     is_replay_loop,
     rejection_reason,
+    with_bunching,
     with_static_signals,
 )
 from counting import rules
@@ -93,6 +96,33 @@ def _busy_addresses(views: DataFrame, bot_filter: BotFilter) -> DataFrame:
         if allowed:
             pairs = pairs.where(~F.col("ip").isin(allowed)).localCheckpoint(eager=True)
     return F.broadcast(pairs) if pairs.count() <= _MAX_BROADCAST_PAIRS else pairs
+
+
+# Marks a view that stopped near the counting threshold (`is_near_threshold`).
+_NEAR = "_near"
+
+
+def _with_threshold_bunching(rows: DataFrame, bot_filter: BotFilter) -> DataFrame:
+    """The rows with the threshold-bunching signal in the static mask of each view near the
+    threshold on a bunched (video, day): its views long enough to count are counted per (video,
+    day) once, over the deduplicated log; the bunched days are few (gamed videos), so they are
+    broadcast, and with none the rows only lose their `_near` column."""
+    days = (
+        rows.where(is_view() & F.col("qualified"))
+        .groupBy("video_id", "day")
+        .agg(F.count(F.lit(1)).alias("_qualified"), F.count_if(F.col(_NEAR)).alias("_near_views"))
+        .where(is_bunched(F.col("_near_views"), F.col("_qualified"), bot_filter))
+        .select("video_id", "day", F.lit(True).alias("_bunched"))
+        .localCheckpoint(eager=True)
+    )
+    if days.isEmpty():
+        return rows.drop(_NEAR)
+    bunched = F.col(_NEAR) & F.coalesce(F.col("_bunched"), F.lit(False))
+    return (
+        rows.join(F.broadcast(days), on=["video_id", "day"], how="left")
+        .withColumn(STATIC_SIGNALS, with_bunching(F.col(STATIC_SIGNALS), bunched))
+        .drop(_NEAR, "_bunched")
+    )
 
 
 _VIEWER_HASH = "_viewer_hash"
@@ -254,6 +284,7 @@ def _judged(rows: DataFrame, bot_filter: BotFilter) -> DataFrame:
     """
     together = (is_view() & F.col(_SHARED)) | _is_kept_reaction()
     busy = _busy_addresses(rows.where(is_view()), bot_filter)
+    rows = _with_threshold_bunching(rows, bot_filter)
     alone = _outcomes(_decided(rows.where(~together), busy, bot_filter), alone=True, bot_filter=bot_filter)
     return alone.unionByName(
         _outcomes(_decided(rows.where(together), busy, bot_filter), alone=False, bot_filter=bot_filter)
@@ -282,6 +313,7 @@ def classify(events: DataFrame, bot_filter: BotFilter = SHIPPED) -> DataFrame:
         F.when(view, F.col("ip")).alias("ip"),
         STATIC_SIGNALS,
         F.when(view, _is_qualified()).alias("qualified"),
+        F.when(view, is_near_threshold(bot_filter)).alias(_NEAR),
         "ts",
         "ingest_ts",
         "kafka_partition",

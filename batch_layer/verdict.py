@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 
 from counting import bots
 from counting.bots import BotFilter
+from counting.rules import MIN_WATCH_SECS
 
 STATIC_SIGNALS = "static_signals"
 
@@ -120,6 +121,35 @@ def _is_watch_anomaly(bot_filter: BotFilter) -> Column:
     return F.coalesce(too_long | over_length, too_long)
 
 
+def _is_low_watch_ratio(bot_filter: BotFilter) -> Column:
+    """`is_low_watch_ratio` as a Column (a NaN length or watch time never is, as in Python)."""
+    watched, duration = F.col("watch_secs"), F.col("video_duration_secs")
+    low = watched < duration * F.lit(bot_filter.min_watch_ratio)
+    return F.coalesce(low & ~F.isnan(duration) & ~F.isnan(watched), F.lit(False))
+
+
+def is_near_threshold(bot_filter: BotFilter) -> Column:
+    """`is_near_threshold` as a Column: stopped within the bunching window past the counting
+    threshold, before the video's end (a NaN watch time or length never is, as in Python)."""
+    watched, duration = F.col("watch_secs"), F.col("video_duration_secs")
+    past = (watched >= F.lit(MIN_WATCH_SECS)) & (watched < F.lit(bot_filter.near_threshold_below))
+    before_end = duration.isNull() | (
+        ~F.isnan(duration) & (watched < duration - F.lit(bot_filter.bunch_window_secs))
+    )
+    return F.coalesce(past & ~F.isnan(watched) & before_end, F.lit(False))
+
+
+def is_bunched(near_views: Column, qualified_views: Column, bot_filter: BotFilter) -> Column:
+    """`is_bunched` of a video's day: its views near the threshold among those long enough to count."""
+    enough = near_views >= F.lit(bot_filter.bunch_min_views)
+    return enough & (near_views >= F.lit(bot_filter.bunch_min_share) * qualified_views)
+
+
+def with_bunching(static: Column, bunched: Column) -> Column:
+    """A static signal mask with the threshold-bunching signal added where `bunched` holds."""
+    return static + F.when(bunched, F.lit(bots.BIT[bots.THRESHOLD_BUNCHING])).otherwise(F.lit(0))
+
+
 def _mask(flags: dict[str, Column]) -> Column:
     """The signal mask of boolean columns, one per signal name (a null flag is not set), with the
     bits of `bots.BIT`, as in the speed layer."""
@@ -148,6 +178,7 @@ def with_static_signals(events: DataFrame, bot_filter: BotFilter) -> DataFrame:
     for column, signal in signals.items():
         events, static[signal] = _flag(events, column, flagged[column], f"_is_{signal}")
     static[bots.WATCH_ANOMALY] = _is_watch_anomaly(bot_filter)
+    static[bots.WATCH_RATIO] = _is_low_watch_ratio(bot_filter)
     # One projection adds the mask (each DataFrame step analyses the whole plan again, about 0.3 s
     # with the flagged addresses in it); join columns, if any, go with the columns of the log.
     return events.select(*log_columns, F.when(F.col("type") == "view", _mask(static)).alias(STATIC_SIGNALS))

@@ -15,14 +15,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from counting.errors import TallyError
 
 DEFAULT_RULES_FILE = Path(__file__).with_name("bot_rules.toml")
-SIGNAL_NAMES: tuple[str, ...] = (
-    "scripted_agent",
-    "address_velocity",
-    "replay_rate",
-    "datacenter_ip",
-    "bad_ja3",
-    "watch_anomaly",
-)
 _JA3 = re.compile(r"[0-9a-f]{32}")
 
 
@@ -55,6 +47,8 @@ class Weights(_Section):
     datacenter_ip: Weight
     bad_ja3: Weight
     watch_anomaly: Weight
+    watch_ratio: Weight
+    threshold_bunching: Weight
 
 
 class Thresholds(_Section):
@@ -63,6 +57,10 @@ class Thresholds(_Section):
     watch_overrun_factor: float = Field(ge=1.0)
     watch_overrun_slack_secs: float = Field(ge=0.0)
     max_watch_secs: float = Field(gt=0.0)
+    min_watch_ratio: float = Field(ge=0.0, le=1.0)
+    bunch_window_secs: float = Field(gt=0.0, le=600.0)
+    bunch_min_views: int = Field(ge=1)
+    bunch_min_share: float = Field(gt=0.0, le=1.0)
 
 
 class Agents(_Section):

@@ -1,4 +1,4 @@
-"""Bot scoring: six weighted signals, their thresholds, weights and ranges read from a rules file
+"""Bot scoring: eight weighted signals, their thresholds, weights and ranges read from a rules file
 (`counting.botrules`), and the score that rejects. `BotFilter` is one version of the rules made
 ready for the hot paths; every layer uses the filter of its settings (`filter_for`)."""
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from counting.botrules import DEFAULT_RULES_FILE, BotRules, RulesError, load_rules, shipped_rules
 from counting.event import Event
-from counting.rules import RULES_VERSION
+from counting.rules import MIN_WATCH_SECS, RULES_VERSION
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,8 @@ REPLAY_RATE = "replay_rate"
 DATACENTER_IP = "datacenter_ip"
 BAD_TLS = "bad_ja3"
 WATCH_ANOMALY = "watch_anomaly"
+WATCH_RATIO = "watch_ratio"
+THRESHOLD_BUNCHING = "threshold_bunching"
 # The order of the signals: ties between equally heavy signals go to the first (the reason).
 REASONS: tuple[str, ...] = (
     SCRIPTED_AGENT,
@@ -42,8 +44,11 @@ REASONS: tuple[str, ...] = (
     DATACENTER_IP,
     BAD_TLS,
     WATCH_ANOMALY,
+    WATCH_RATIO,
+    THRESHOLD_BUNCHING,
 )
-# Bit i of a signal mask is signal i of MASK_ORDER. The first three are properties of the client alone.
+# Bit i of a signal mask is signal i of MASK_ORDER. The first three are properties of the client
+# alone, the next one and WATCH_RATIO of the view alone; the others need windows.
 MASK_ORDER: tuple[str, ...] = (
     SCRIPTED_AGENT,
     DATACENTER_IP,
@@ -51,6 +56,8 @@ MASK_ORDER: tuple[str, ...] = (
     WATCH_ANOMALY,
     ADDRESS_VELOCITY,
     REPLAY_RATE,
+    WATCH_RATIO,
+    THRESHOLD_BUNCHING,
 )
 BIT: dict[str, int] = {name: 1 << i for i, name in enumerate(MASK_ORDER)}
 _SCRIPTED_BIT = BIT[SCRIPTED_AGENT]
@@ -59,6 +66,8 @@ _BAD_TLS_BIT = BIT[BAD_TLS]
 _WATCH_BIT = BIT[WATCH_ANOMALY]
 _VELOCITY_BIT = BIT[ADDRESS_VELOCITY]
 _REPLAY_BIT = BIT[REPLAY_RATE]
+_RATIO_BIT = BIT[WATCH_RATIO]
+_BUNCHING_BIT = BIT[THRESHOLD_BUNCHING]
 # Not a signal: the client's address is on the allow-list, so no address signal fires for it.
 ALLOWED_BIT = 1 << len(MASK_ORDER)
 _V4_MAPPED_PREFIX = int(ipaddress.IPv6Address("::ffff:0:0"))
@@ -133,6 +142,11 @@ class BotFilter:
         self.watch_overrun_factor = thresholds.watch_overrun_factor
         self.watch_overrun_slack_secs = thresholds.watch_overrun_slack_secs
         self.max_watch_secs = thresholds.max_watch_secs
+        self.min_watch_ratio = thresholds.min_watch_ratio
+        self.bunch_window_secs = thresholds.bunch_window_secs
+        self.bunch_min_views = thresholds.bunch_min_views
+        self.bunch_min_share = thresholds.bunch_min_share
+        self.near_threshold_below = MIN_WATCH_SECS + thresholds.bunch_window_secs
         self.reject_score = rules.score.reject
         self.signals: dict[str, Signal] = {name: Signal(name, rules.weight(name)) for name in REASONS}
         self.scripted_pattern = rules.agents.scripted_pattern
@@ -176,6 +190,24 @@ class BotFilter:
             return False
         return watch_secs > duration_secs * self.watch_overrun_factor + self.watch_overrun_slack_secs
 
+    def is_low_watch_ratio(self, watch_secs: float | None, duration_secs: float | None) -> bool:
+        """Watched less than the minimum share of a video of known length."""
+        if watch_secs is None or duration_secs is None:
+            return False
+        return watch_secs < duration_secs * self.min_watch_ratio
+
+    def is_near_threshold(self, watch_secs: float | None, duration_secs: float | None) -> bool:
+        """Stopped within the bunching window past the counting threshold, before the video's end
+        (a video not much longer than the threshold is watched to its end there by everyone)."""
+        if watch_secs is None or not MIN_WATCH_SECS <= watch_secs < self.near_threshold_below:
+            return False
+        return duration_secs is None or watch_secs < duration_secs - self.bunch_window_secs
+
+    def is_bunched(self, near_views: int, qualified_views: int) -> bool:
+        """Whether a video's day, with `near_views` of its `qualified_views` (views long enough to
+        count, first copies) stopping near the threshold, shows views gamed past it."""
+        return near_views >= self.bunch_min_views and near_views >= self.bunch_min_share * qualified_views
+
     def is_high_velocity(self, views_from_address_this_minute: int) -> bool:
         return views_from_address_this_minute > self.max_views_per_address_minute
 
@@ -203,13 +235,19 @@ class BotFilter:
         duration_secs: float | None,
         address_minute_views: int,
         viewer_day_views: int,
+        bunched: bool = False,
     ) -> int:
         """The mask of every signal of a view, from its client's mask (`client_mask`), its watch
-        time and its window counts (views from its address in its minute, views of its video by its
-        viewer in its day). An allowed address never shows the velocity signal."""
+        time and its windows (views from its address in its minute, views of its video by its
+        viewer in its day, and whether it stopped near the threshold on a bunched video day). An
+        allowed address never shows the velocity signal."""
         mask = client & ~ALLOWED_BIT
         if self.is_watch_anomaly(watch_secs, duration_secs):
             mask |= _WATCH_BIT
+        if self.is_low_watch_ratio(watch_secs, duration_secs):
+            mask |= _RATIO_BIT
+        if bunched:
+            mask |= _BUNCHING_BIT
         if not client & ALLOWED_BIT and self.is_high_velocity(address_minute_views):
             mask |= _VELOCITY_BIT
         if self.is_replay_loop(viewer_day_views):
@@ -224,15 +262,21 @@ class BotFilter:
         """The signals one event shows on its own, without any window."""
         return self.signals_for(event, 0, 0)
 
-    def signals_for(self, event: Event, address_minute_views: int, viewer_day_views: int) -> list[Signal]:
-        """Every signal of a view, given its window counts (views from its address in its minute,
-        views of its video by its viewer in its day)."""
+    def signals_for(
+        self, event: Event, address_minute_views: int, viewer_day_views: int, bunched: bool = False
+    ) -> list[Signal]:
+        """Every signal of a view, given its windows (views from its address in its minute, views
+        of its video by its viewer in its day, whether it is near the threshold on a bunched day)."""
         client = self.client_mask(event.user_agent, event.ip, event.ja3)
-        return self.signals_of(
-            self.view_mask(
-                client, event.watch_secs, event.video_duration_secs, address_minute_views, viewer_day_views
-            )
+        mask = self.view_mask(
+            client,
+            event.watch_secs,
+            event.video_duration_secs,
+            address_minute_views,
+            viewer_day_views,
+            bunched,
         )
+        return self.signals_of(mask)
 
     def rejection_reason(self, found: list[Signal]) -> str | None:
         """The reason recorded for a rejected view (its heaviest signal), or None if it is not rejected."""

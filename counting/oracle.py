@@ -50,17 +50,23 @@ def reactions(events: Iterable[Event]) -> dict[tuple[str, str], str]:
 
 
 def view_verdicts(events: list[Event], bot_filter: BotFilter = SHIPPED) -> list[tuple[Event, str | None]]:
-    """Each deduplicated view with the reason it is not counted as a bot view (None: human)."""
+    """Each deduplicated view with the reason it is not counted as a bot view (None: human). The
+    windows are whole: views per address and minute, per video, viewer and day, and the views
+    long enough to count per video and day (those stopping near the threshold among them)."""
     views = [e for e in events if e.type == "view"]
     per_address = Counter((e.ip, rules.minute_of(e.ts)) for e in views if e.ip is not None)
     per_viewer = Counter((e.video_id, rules.viewer_of(e), rules.day_of(e.ts)) for e in views)
+    qualified = Counter((e.video_id, rules.day_of(e.ts)) for e in views if rules.is_qualified_view(e))
+    near = {e.event_id for e in views if bot_filter.is_near_threshold(e.watch_secs, e.video_duration_secs)}
+    near_per_day = Counter((e.video_id, rules.day_of(e.ts)) for e in views if e.event_id in near)
     verdicts = []
     for e in views:
         address_views = per_address[(e.ip, rules.minute_of(e.ts))] if e.ip is not None else 0
         viewer_views = per_viewer[(e.video_id, rules.viewer_of(e), rules.day_of(e.ts))]
-        verdicts.append(
-            (e, bot_filter.rejection_reason(bot_filter.signals_for(e, address_views, viewer_views)))
-        )
+        video_day = (e.video_id, rules.day_of(e.ts))
+        bunched = e.event_id in near and bot_filter.is_bunched(near_per_day[video_day], qualified[video_day])
+        found = bot_filter.signals_for(e, address_views, viewer_views, bunched)
+        verdicts.append((e, bot_filter.rejection_reason(found)))
     return verdicts
 
 

@@ -240,11 +240,14 @@ class _PlanBuilder:
         bucket_ms = self._bucket_ms
         observe = windows.observe_view
         rejected = self.plan.rejected
+        bot_filter = self._bots
         client_mask, view_mask, rejected_field = (
-            self._bots.client_mask,
-            self._bots.view_mask,
+            bot_filter.client_mask,
+            bot_filter.view_mask,
             self._rejected_field,
         )
+        is_near, is_bunched = bot_filter.is_near_threshold, bot_filter.is_bunched
+        observe_qualified = windows.observe_qualified
         stamped, stamp, short_mark, reaction_mark = -1, "", "", ""
         for event in events:
             video_id = event.video_id
@@ -277,12 +280,15 @@ class _PlanBuilder:
                 if not rules.is_qualified_view(event):
                     ops.extend((_SHORT, offset, m, event_id, b, short_mark))
                     continue
+                near = is_near(event.watch_secs, event.video_duration_secs)
+                near_views, qualified_views = observe_qualified(ts, video_id, near, first_copy)
                 mask = view_mask(
                     client_mask(event.user_agent, event.ip, event.ja3),
                     event.watch_secs,
                     event.video_duration_secs,
                     address_views,
                     viewer_views,
+                    near and is_bunched(near_views, qualified_views),
                 )
                 if mask and (reason := rejected_field[mask]) is not None:
                     ops.extend((_REJECT, offset, m, event_id, b, f"{stamp}|{reason}", reason))

@@ -1,5 +1,6 @@
-"""The bot windows as the speed layer sees them fill: views per address per minute and views per
-(video, viewer, day), counted in worker memory (approximate; the batch layer is exact)."""
+"""The bot windows as the speed layer sees them fill: views per address per minute, views per
+(video, viewer, day), and views long enough to count per (video, day) with those stopping near the
+threshold, counted in worker memory (approximate; the batch layer is exact)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ KEEP_MINUTES = 5
 KEEP_DAYS = 2
 _MINUTE_MS = rules.MINUTE_MS
 _DAY_MS = rules.DAY_MS
+_NEAR = "\x1fnear"
 
 K = TypeVar("K")
 
@@ -58,6 +60,8 @@ class ViewWindows:
         # integers is not tracked by the cyclic garbage collector, so its millions of entries cost
         # no scan time.
         self._viewer: _Windows[str] = _Windows(KEEP_DAYS)
+        # Per video and day: its views long enough to count, and its `NEAR` key those near the threshold.
+        self._video_day: _Windows[str] = _Windows(KEEP_DAYS)
 
     def observe(self, event: Event, count: bool = True) -> tuple[int, int]:
         """Count a view (unless `count` is false: a copy already counted); return (views from its
@@ -91,7 +95,26 @@ class ViewWindows:
         by_viewer[key] = viewer_views
         return address_views, viewer_views if viewer_views > 1 else 1
 
+    def observe_qualified(self, ts: int, video_id: str, near: bool, count: bool = True) -> tuple[int, int]:
+        """Count a view long enough to count (unless `count` is false: a copy already counted), and
+        whether it stopped near the threshold; return (views near the threshold, views long enough)
+        of its video in its day, this one included: the inputs of `BotFilter.is_bunched`."""
+        step = 1 if count else 0
+        day = ts // _DAY_MS
+        counter = self._video_day.counts.get(day) or self._video_day.open(day)
+        if counter is None:
+            return (1 if near else 0), 1
+        qualified = counter.get(video_id, 0) + step
+        counter[video_id] = qualified
+        if not near:
+            return counter.get(video_id + _NEAR, 0), max(qualified, 1)
+        near_views = counter.get(video_id + _NEAR, 0) + step
+        counter[video_id + _NEAR] = near_views
+        return max(near_views, 1), max(qualified, 1)
+
     def __len__(self) -> int:
-        return sum(len(c) for c in self._address.counts.values()) + sum(
-            len(c) for c in self._viewer.counts.values()
+        return sum(
+            len(c)
+            for windows in (self._address, self._viewer, self._video_day)
+            for c in windows.counts.values()
         )

@@ -1,5 +1,6 @@
-"""Test helpers for the bot rules file: an operator's edit of the shipped rules, and views whose
-verdicts the edit changes (so each layer's test fails if it ignores the file)."""
+"""Test helpers for the bot rules: an operator's edit of the shipped rules, views whose verdicts
+the edit changes (so each layer's test fails if it ignores the file), and a day of views around
+the threshold-bunching thresholds."""
 
 from __future__ import annotations
 
@@ -78,3 +79,55 @@ def edited_rules_views(start_ms: int) -> list[Event]:
             address = ip or f"24.1.{i}.{n % 250 + 1}"
             events.append(_view(n, video, start_ms + 1_000 * (i % 50), address, ja3))
     return events
+
+
+def _watching(n: int, video: str, ts: int, watch: float, duration: float) -> Event:
+    return Event(
+        event_id=f"gv-{n}",
+        type="view",
+        video_id=video,
+        ts=ts,
+        user_id=f"watcher-{n}",
+        session_id=f"s-{n}",
+        ip=f"73.{n // 250 % 250}.{n % 250}.9",
+        user_agent=BROWSER,
+        ja3=BROWSER_JA3,
+        watch_secs=watch,
+        video_duration_secs=duration,
+        ingest_ts=ts + 150,
+    )
+
+
+def threshold_gamed_views(day_start_ms: int) -> list[Event]:
+    """A day (event time from `day_start_ms`) of views around the shipped rules' bunching
+    thresholds (10 views, 20 % of the day's views long enough to count, within 1 s past 30 s):
+
+    - vid-gamed: 40 human views of a 20-minute video, then 12 stopping at 30.2-30.9 s (12 of 52
+      views: bunched; they also watched under 5 % of the video);
+    - vid-nine: 9 views stopping at 30.5 s (one fewer than the minimum: not bunched);
+    - vid-share-in: 10 near views among 50 (20 % exactly: bunched); vid-share-out: 10 among 51;
+    - vid-short: 20 views watching a 30.5-second video to its end (not near: they finished it);
+    - vid-late: 12 views stopping at 31.0 s, just past the window (not near).
+    The views are an hour apart per video, in ingestion order; humans come first.
+    """
+    events: list[Event] = []
+    n = 0
+
+    def add(video: str, watches: list[float], duration: float) -> None:
+        nonlocal n
+        for watch in watches:
+            n += 1
+            at = day_start_ms + (n * 97_000) % (20 * 3_600_000)
+            events.append(_watching(n, video, at, watch, duration))
+
+    human = [45.0 + 13.0 * i for i in range(40)]
+    add("vid-gamed", human, 1_200.0)
+    add("vid-gamed", [30.2 + 0.06 * i for i in range(12)], 1_200.0)
+    add("vid-nine", [30.5] * 9, 1_200.0)
+    add("vid-share-in", human[:40], 600.0)
+    add("vid-share-in", [30.3] * 10, 600.0)
+    add("vid-share-out", [*human[:40], 200.0], 600.0)
+    add("vid-share-out", [30.3] * 10, 600.0)
+    add("vid-short", [30.5] * 20, 30.5)
+    add("vid-late", [31.0] * 12, 1_200.0)
+    return sorted(events, key=lambda e: e.ingest_ts or 0)

@@ -125,7 +125,8 @@ def current_baseline(baselines_dir: Path) -> Baseline | None:
     table = pq.read_table(baselines_dir / str(pointer["path"]))
     rows: dict[str, BaselineRow] = {}
     for item in table.to_pylist():
-        rejected = {r: int(item[f"rejected_{r}"]) for r in REASONS if item[f"rejected_{r}"]}
+        # A baseline of an earlier version has no column for a reason added since: none rejected.
+        rejected = {r: int(item[f"rejected_{r}"]) for r in REASONS if item.get(f"rejected_{r}")}
         rows[item["video_id"]] = BaselineRow(
             video_id=item["video_id"],
             rejected=rejected,

@@ -17,9 +17,10 @@ import duckdb
 import pyarrow as pa
 import sqlalchemy as sa
 
+from counting.bots import REASONS
 from counting.logschema import LOG_COLUMNS, PARTITION_COLUMNS
 from counting.settings import Settings
-from warehouse.baseline import baseline_schema, read_pointer
+from warehouse.baseline import REJECTED_COLUMNS, baseline_schema, read_pointer
 from warehouse.errors import WarehouseBuildError
 from warehouse.models import MODELS_DIR, Model, literal, load_models, render
 
@@ -148,7 +149,20 @@ def model_variables(settings: Settings) -> tuple[dict[str, str], str | None]:
     variables["baseline_run_id"] = literal(run_id)
     variables["baseline_cutoff"] = literal(None if pointer is None else int(str(pointer["cutoff"])))
     variables["baseline_rules_version"] = literal(None if pointer is None else str(pointer["rules_version"]))
+    variables.update(reason_variables())
     return variables, run_id
+
+
+def reason_variables() -> dict[str, str]:
+    """The rejection reasons' columns as the models write them, from `counting.bots.REASONS`: typed
+    (`rejected_columns`), summed per day (`rejected_views_sum`), named by reason for an unpivot
+    (`rejected_by_reason`, `reasons`)."""
+    return {
+        "rejected_columns": ",\n        ".join(f"{c}::bigint as {c}" for c in REJECTED_COLUMNS),
+        "rejected_views_sum": "\n        + ".join(f"daily.{c}" for c in REJECTED_COLUMNS),
+        "rejected_by_reason": ",\n            ".join(f"rejected_{r} as {r}" for r in REASONS),
+        "reasons": ", ".join(REASONS),
+    }
 
 
 def _store_rows(settings: Settings, table: str, columns: tuple[tuple[str, str], ...]) -> list[dict[str, Any]]:

@@ -199,12 +199,48 @@ signals as (
         end > {{ max_views_per_address_minute }} as is_high_velocity,
         count(*) over (
             partition by views.video_id, views.viewer, views.day
-        ) > {{ max_replays_per_day }} as is_replay_loop
+        ) > {{ max_replays_per_day }} as is_replay_loop,
+        coalesce(
+            views.watch_secs < views.video_duration_secs * {{ min_watch_ratio }}
+            and not isnan(views.watch_secs) and not isnan(views.video_duration_secs),
+            false
+        ) as is_watch_ratio,
+        coalesce(views.watch_secs, 0.0) >= {{ min_watch_secs }}
+        and not isnan(coalesce(views.watch_secs, 0.0)) as is_qualified_view,
+        coalesce(
+            views.watch_secs >= {{ min_watch_secs }}
+            and views.watch_secs < {{ near_threshold_below }}
+            and not isnan(views.watch_secs)
+            and (
+                views.video_duration_secs is null
+                or (
+                    not isnan(views.video_duration_secs)
+                    and views.watch_secs < views.video_duration_secs - {{ bunch_window_secs }}
+                )
+            ),
+            false
+        ) as is_near_threshold
     from views
     left join agents
         on views.user_agent = agents.user_agent
     left join datacenter_addresses
         on views.ip = datacenter_addresses.ip
+),
+
+-- a view near the threshold on a (video, day) whose qualified views bunch there
+bunching as (
+    select
+        *,
+        is_near_threshold
+        and near_views >= {{ bunch_min_views }}
+        and near_views >= {{ bunch_min_share }} * qualified_views as is_bunched
+    from (
+        select
+            *,
+            count_if(is_qualified_view) over (partition by video_id, day) as qualified_views,
+            count_if(is_near_threshold) over (partition by video_id, day) as near_views
+        from signals
+    )
 ),
 
 -- the score adds the weights in the order of counting.bots.signals; the reason is the heaviest
@@ -217,8 +253,10 @@ scored as (
         + (case when is_bad_ja3 then {{ bad_ja3_weight }} else 0.0 end)
         + (case when is_watch_anomaly then {{ watch_anomaly_weight }} else 0.0 end)
         + (case when is_high_velocity then {{ address_velocity_weight }} else 0.0 end)
-        + (case when is_replay_loop then {{ replay_rate_weight }} else 0.0 end) as score
-    from signals
+        + (case when is_replay_loop then {{ replay_rate_weight }} else 0.0 end)
+        + (case when is_watch_ratio then {{ watch_ratio_weight }} else 0.0 end)
+        + (case when is_bunched then {{ threshold_bunching_weight }} else 0.0 end) as score
+    from bunching
 ),
 
 judged as (
@@ -233,7 +271,9 @@ judged as (
                         {'weight': -({{ bad_ja3_weight }}), 'rank': {{ bad_ja3_rank }}, 'reason': 'bad_ja3', 'hit': is_bad_ja3},
                         {'weight': -({{ watch_anomaly_weight }}), 'rank': {{ watch_anomaly_rank }}, 'reason': 'watch_anomaly', 'hit': is_watch_anomaly},
                         {'weight': -({{ address_velocity_weight }}), 'rank': {{ address_velocity_rank }}, 'reason': 'address_velocity', 'hit': is_high_velocity},
-                        {'weight': -({{ replay_rate_weight }}), 'rank': {{ replay_rate_rank }}, 'reason': 'replay_rate', 'hit': is_replay_loop}
+                        {'weight': -({{ replay_rate_weight }}), 'rank': {{ replay_rate_rank }}, 'reason': 'replay_rate', 'hit': is_replay_loop},
+                        {'weight': -({{ watch_ratio_weight }}), 'rank': {{ watch_ratio_rank }}, 'reason': 'watch_ratio', 'hit': is_watch_ratio},
+                        {'weight': -({{ threshold_bunching_weight }}), 'rank': {{ threshold_bunching_rank }}, 'reason': 'threshold_bunching', 'hit': is_bunched}
                     ],
                     lambda s: s.hit
                 )
@@ -296,7 +336,9 @@ view_counts as (
         count_if(outcome = 'rejected' and reason = 'replay_rate') as rejected_replay_rate,
         count_if(outcome = 'rejected' and reason = 'datacenter_ip') as rejected_datacenter_ip,
         count_if(outcome = 'rejected' and reason = 'bad_ja3') as rejected_bad_ja3,
-        count_if(outcome = 'rejected' and reason = 'watch_anomaly') as rejected_watch_anomaly
+        count_if(outcome = 'rejected' and reason = 'watch_anomaly') as rejected_watch_anomaly,
+        count_if(outcome = 'rejected' and reason = 'watch_ratio') as rejected_watch_ratio,
+        count_if(outcome = 'rejected' and reason = 'threshold_bunching') as rejected_threshold_bunching
     from view_outcomes
     group by video_id
 ),
@@ -330,7 +372,9 @@ final as (
         coalesce(view_counts.rejected_replay_rate, 0)::bigint as rejected_replay_rate,
         coalesce(view_counts.rejected_datacenter_ip, 0)::bigint as rejected_datacenter_ip,
         coalesce(view_counts.rejected_bad_ja3, 0)::bigint as rejected_bad_ja3,
-        coalesce(view_counts.rejected_watch_anomaly, 0)::bigint as rejected_watch_anomaly
+        coalesce(view_counts.rejected_watch_anomaly, 0)::bigint as rejected_watch_anomaly,
+        coalesce(view_counts.rejected_watch_ratio, 0)::bigint as rejected_watch_ratio,
+        coalesce(view_counts.rejected_threshold_bunching, 0)::bigint as rejected_threshold_bunching
     from videos
     left join view_counts
         on videos.video_id = view_counts.video_id

@@ -1,18 +1,26 @@
-"""The Spark job's bot filter on the generator's labelled traffic: at least 98 % of bot views
-rejected, at most 0.5 % of human views."""
+"""The Spark job's bot filter on the generator's labelled traffic (at least 98 % of bot views
+rejected, at most 0.5 % of human views), and its verdicts around the thresholds of the newer
+signals and the allow-list equal to the oracle's."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import msgspec
 import pytest
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Row
+from pyspark.testing import assertDataFrameEqual
 
-from batch_layer.transform import REJECTED, classify
-from counting import rules
+from batch_layer.transform import REJECTED, classify, transform
+from counting import bots, oracle, rules
+from counting.botrules import parse_rules
+from counting.bots import BotFilter
 from counting.event import Event, parse_event, stamped
 from counting.traffic import HUMAN, TrafficConfig, generate
+from tests.batch_layer.test_batch_transform import row
+from tests.rulesfiles import edited_rules_text, edited_rules_views, threshold_gamed_views
+from warehouse.baseline import COUNT_COLUMNS
 
 pytestmark = pytest.mark.slow
 
@@ -43,3 +51,29 @@ def test_batch_rejects_bots_and_spares_humans(log_frame: Callable[[Sequence[Even
     assert len(bots) > 1_000 and len(humans) > 1_000
     assert bot_recall >= 0.98
     assert human_rejected <= 0.005
+
+
+def _oracle_rows(events: Sequence[Event], bot_filter: BotFilter) -> list[Row]:
+    return [
+        row(
+            video,
+            **{column: getattr(counts, column) for column in COUNT_COLUMNS},
+            **{f"rejected_{reason}": n for reason, n in counts.rejected.items()},
+        )
+        for video, counts in oracle.count(events, None, bot_filter).items()
+    ]
+
+
+def test_the_spark_verdicts_equal_the_oracles_around_every_new_threshold(
+    log_frame: Callable[[Sequence[Event]], DataFrame],
+) -> None:
+    """Watch ratio, threshold bunching (at and beside its minimum views and share, a video watched
+    to its end, a view just past the window) and the allow-list, with the shipped and edited rules."""
+    day = 1_795_046_400_000
+    events = threshold_gamed_views(day) + edited_rules_views(day + 21 * 3_600_000)
+    edited = BotFilter(parse_rules(edited_rules_text(), Path("edited.toml")))
+    for bot_filter in (bots.SHIPPED, edited):
+        expected = _oracle_rows(events, bot_filter)
+        assertDataFrameEqual(transform(log_frame(events), bot_filter), expected)
+    gamed = {r.video_id: r for r in _oracle_rows(events, bots.SHIPPED)}["vid-gamed"]
+    assert gamed["rejected_threshold_bunching"] == 12  # the scenario is what its docstring says

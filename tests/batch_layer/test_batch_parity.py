@@ -187,8 +187,11 @@ def published_log(
 def test_the_generated_log_exercises_every_rule(log: list[Event]) -> None:
     totals = oracle.count(log, MID_CUTOFF).values()
     rejected = {reason for c in totals for reason, n in c.rejected.items() if n}
-    # The lightest signal never decides alone: watch anomalies are rejected under a heavier reason.
-    assert rejected == set(bots.REASONS) - {bots.WATCH_ANOMALY}
+    # The two lightest signals never decide: each rejects only beside a heavier one (and the two,
+    # watched too long and too little, never fire together).
+    assert rejected == set(bots.REASONS) - {bots.WATCH_ANOMALY, bots.WATCH_RATIO}
+    low_ratio = [e for e in log if bots.SHIPPED.is_low_watch_ratio(e.watch_secs, e.video_duration_secs)]
+    assert any(rules.is_qualified_view(e) for e in low_ratio), "a counted-length view watched too little"
     for column in COUNT_COLUMNS:
         assert sum(getattr(c, column) for c in totals) > 0, column
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from counting import bots
+from counting import bots, rules
 from counting.event import Event
 from counting.traffic import BROWSERS, HEADLESS_AGENTS
 
@@ -257,9 +257,10 @@ def test_the_rejection_table_is_the_rejection_reason_of_every_combination():
     duration=st.sampled_from([None, 20.0, 900.0]),
     address_views=st.integers(0, bots.SHIPPED.max_views_per_address_minute + 2),
     viewer_views=st.integers(0, bots.SHIPPED.max_replays_per_day + 2),
+    bunched=st.booleans(),
 )
 def test_a_view_mask_holds_exactly_the_signals_of_the_view(
-    agent, ip, ja3, watch, duration, address_views, viewer_views
+    agent, ip, ja3, watch, duration, address_views, viewer_views, bunched
 ):
     expected = []
     if bots.SHIPPED.is_scripted_agent(agent):
@@ -274,9 +275,41 @@ def test_a_view_mask_holds_exactly_the_signals_of_the_view(
         expected.append(SIGNAL[bots.ADDRESS_VELOCITY])
     if bots.SHIPPED.is_replay_loop(viewer_views):
         expected.append(SIGNAL[bots.REPLAY_RATE])
+    if bots.SHIPPED.is_low_watch_ratio(watch, duration):
+        expected.append(SIGNAL[bots.WATCH_RATIO])
+    if bunched:
+        expected.append(SIGNAL[bots.THRESHOLD_BUNCHING])
 
     mask = bots.SHIPPED.view_mask(
-        bots.SHIPPED.client_mask(agent, ip, ja3), watch, duration, address_views, viewer_views
+        bots.SHIPPED.client_mask(agent, ip, ja3), watch, duration, address_views, viewer_views, bunched
     )
 
     assert bots.SHIPPED.signals_of(mask) == expected
+
+
+def test_watch_ratio_at_and_below_the_minimum_share():
+    share = bots.SHIPPED.min_watch_ratio
+    assert bots.SHIPPED.is_low_watch_ratio(1_000.0 * share, 1_000.0) is False
+    assert bots.SHIPPED.is_low_watch_ratio(1_000.0 * share - 0.1, 1_000.0) is True
+    assert bots.SHIPPED.is_low_watch_ratio(1.0, None) is False  # the length is unknown
+    assert bots.SHIPPED.is_low_watch_ratio(None, 1_000.0) is False
+
+
+def test_near_the_threshold_is_within_the_window_past_it_and_before_the_end():
+    window = bots.SHIPPED.bunch_window_secs
+    at, below = rules.MIN_WATCH_SECS, rules.MIN_WATCH_SECS + window
+    near = bots.SHIPPED.is_near_threshold
+    assert near(at, 600.0) and near(below - 0.01, 600.0) and near(at, None)
+    assert not near(at - 0.01, 600.0) and not near(below, 600.0)
+    # A video barely longer than the threshold is watched to its end there: not near.
+    assert near(at, at + window + 0.01) and not near(at, at + window)
+    assert not near(None, 600.0)
+
+
+def test_a_video_day_is_bunched_at_the_minimum_views_and_share():
+    least, share = bots.SHIPPED.bunch_min_views, bots.SHIPPED.bunch_min_share
+    assert bots.SHIPPED.is_bunched(least, least) is True
+    assert bots.SHIPPED.is_bunched(least - 1, least - 1) is False
+    qualified = round(least / share)  # the near views are exactly the minimum share
+    assert bots.SHIPPED.is_bunched(least, qualified) is True
+    assert bots.SHIPPED.is_bunched(least, qualified + 1) is False

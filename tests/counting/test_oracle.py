@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from counting import bots, oracle, rules
 from counting.event import EVENT_TYPES, REACTION_TYPES, Event
 from counting.oracle import VideoCounts
+from tests.rulesfiles import threshold_gamed_views
 
 EXAMPLES = settings(max_examples=80, deadline=None)
 T0 = 1_780_272_000_000  # a day, minute and window edge
@@ -253,3 +254,13 @@ def test_counts_as_of_a_cutoff_by_hand():
 
 def test_no_events_no_counts():
     assert oracle.count([]) == {}
+
+
+def test_threshold_bunching_by_hand():
+    counts = oracle.count(threshold_gamed_views(1_780_272_000_000))
+    bunching = bots.THRESHOLD_BUNCHING
+    assert (counts["vid-gamed"].views, counts["vid-gamed"].rejected) == (40, {bunching: 12})
+    assert (counts["vid-nine"].views, counts["vid-nine"].rejected) == (9, {})
+    assert (counts["vid-share-in"].views, counts["vid-share-in"].rejected) == (40, {bunching: 10})
+    assert (counts["vid-share-out"].views, counts["vid-share-out"].rejected) == (51, {})
+    assert (counts["vid-short"].views, counts["vid-late"].views) == (20, 12)

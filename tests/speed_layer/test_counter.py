@@ -23,6 +23,7 @@ from speed_layer.counter import (
 from speed_layer.hot import HotVideos
 from speed_layer.records import Record
 from speed_layer.windows import ViewWindows
+from tests.rulesfiles import threshold_gamed_views
 from tests.speed_layer.helpers import Traffic
 
 NOW = 1_795_000_000_000
@@ -119,7 +120,7 @@ def test_verdicts_equal_the_rules_on_random_views(config: Settings) -> None:
         t.view(
             f"v{rng.randint(0, 2)}",
             f"u{rng.randint(0, 3)}",
-            watch=rng.choice([31.0, 300.0, 800.0, 50_000.0]),
+            watch=rng.choice([30.4, 30.4, 31.0, 300.0, 800.0, 50_000.0]),
             user_agent=rng.choice(agents),
             ip=rng.choice(addresses),
             ja3=rng.choice([None, next(iter(bots.SHIPPED.bad_ja3)), "abc"]),
@@ -131,12 +132,17 @@ def test_verdicts_equal_the_rules_on_random_views(config: Settings) -> None:
     windows = ViewWindows()
     expected = []
     for event in events:
-        found = bots.SHIPPED.signals_for(event, *windows.observe(event))
+        address_views, viewer_views = windows.observe(event)
+        near = bots.SHIPPED.is_near_threshold(event.watch_secs, event.video_duration_secs)
+        near_views, qualified_views = windows.observe_qualified(event.ts, event.video_id, near)
+        bunched = near and bots.SHIPPED.is_bunched(near_views, qualified_views)
+        found = bots.SHIPPED.signals_for(event, address_views, viewer_views, bunched)
         reason = bots.SHIPPED.rejection_reason(found)
         expected.append(script.VIEW if reason is None else f"rejected:{reason}")
     by_event = {op[3]: (op[0] if op[0] == script.VIEW else op[6]) for op in write.ops}
     assert [by_event[e.event_id] for e in events] == expected
     assert len(set(expected)) > 3
+    assert f"rejected:{bots.THRESHOLD_BUNCHING}" in expected
 
 
 def test_address_velocity_rejects_views_past_the_threshold(config: Settings) -> None:
@@ -255,3 +261,15 @@ def test_shard_counts_double_at_most_once_a_second_up_to_the_cap() -> None:
     asked = [hot.observe({"v": n}, ingest_ms, now_ms).get("v") for ingest_ms, now_ms, n in steps]
     assert asked == [None, 2, 2, 4, 4]
     assert hot.observe({"v": 10}, 5_000, 4_500) == {}  # cooled down: no renewal
+
+
+def test_views_gamed_past_the_threshold_are_rejected_once_the_window_shows_bunching(config: Settings) -> None:
+    events = [e for e in threshold_gamed_views(NOW - rules.DAY_MS) if e.video_id == "vid-gamed"]
+    [write] = plan_batch([_record(events)], config, ViewWindows(), NOW).writes
+    verdicts = {op[3]: (op[0], op[6] if op[0] == script.REJECT else None) for op in write.ops}
+    gamed = [verdicts[e.event_id] for e in events if (e.watch_secs or 0) < 31.0]
+    humans = [verdicts[e.event_id] for e in events if (e.watch_secs or 0) >= 31.0]
+    least = bots.SHIPPED.bunch_min_views  # 40 humans came first: the share is met from then on
+    reject = (script.REJECT, f"rejected:{bots.THRESHOLD_BUNCHING}")
+    assert gamed == [(script.VIEW, None)] * (least - 1) + [reject] * (len(gamed) - least + 1)
+    assert humans == [(script.VIEW, None)] * 40

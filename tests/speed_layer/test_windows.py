@@ -28,3 +28,13 @@ def test_old_minutes_are_forgotten_and_late_views_count_from_one() -> None:
     late = t.view("v", "late", ip="81.0.0.9", ts=NOW)
     assert windows.observe(late) == (1, 1)
     assert windows.observe(late) == (1, 2)
+
+
+def test_counts_views_long_enough_and_near_the_threshold_per_video_day() -> None:
+    windows = ViewWindows()
+    day = (NOW // rules.DAY_MS) * rules.DAY_MS
+    assert windows.observe_qualified(day, "v", near=False) == (0, 1)
+    assert windows.observe_qualified(day + 1, "v", near=True) == (1, 2)
+    assert windows.observe_qualified(day + 2, "v", near=True, count=False) == (1, 2)  # a copy
+    assert windows.observe_qualified(day + 3, "w", near=True) == (1, 1)
+    assert windows.observe_qualified(day + rules.DAY_MS, "v", near=True) == (1, 1)  # the next day

@@ -23,12 +23,7 @@ final as (
         daily.dislikes,
         daily.short_views,
         daily.repeat_views,
-        daily.rejected_scripted_agent
-        + daily.rejected_address_velocity
-        + daily.rejected_replay_rate
-        + daily.rejected_datacenter_ip
-        + daily.rejected_bad_ja3
-        + daily.rejected_watch_anomaly as rejected_views,
+        {{ rejected_views_sum }} as rejected_views,
         daily.run_id,
         daily.rules_version
     from daily

@@ -12,15 +12,10 @@ by_reason as (
         select
             date,
             video_id,
-            rejected_scripted_agent as scripted_agent,
-            rejected_address_velocity as address_velocity,
-            rejected_replay_rate as replay_rate,
-            rejected_datacenter_ip as datacenter_ip,
-            rejected_bad_ja3 as bad_ja3,
-            rejected_watch_anomaly as watch_anomaly
+            {{ rejected_by_reason }}
         from daily
     )
-    on scripted_agent, address_velocity, replay_rate, datacenter_ip, bad_ja3, watch_anomaly
+    on {{ reasons }}
     into
         name reason
         value rejected_views

@@ -16,12 +16,7 @@ final as (
         unique_viewers::bigint as unique_viewers,
         short_views::bigint as short_views,
         repeat_views::bigint as repeat_views,
-        rejected_scripted_agent::bigint as rejected_scripted_agent,
-        rejected_address_velocity::bigint as rejected_address_velocity,
-        rejected_replay_rate::bigint as rejected_replay_rate,
-        rejected_datacenter_ip::bigint as rejected_datacenter_ip,
-        rejected_bad_ja3::bigint as rejected_bad_ja3,
-        rejected_watch_anomaly::bigint as rejected_watch_anomaly,
+        {{ rejected_columns }},
         run_id::varchar as run_id,
         rules_version::varchar as rules_version
     from source
