@@ -27,7 +27,8 @@ HEADLESS_FARM = "headless_farm"
 DATACENTER = "datacenter"
 VELOCITY = "velocity"
 REPLAY_LOOP = "replay_loop"
-BOT_KINDS: tuple[str, ...] = (HEADLESS_FARM, DATACENTER, VELOCITY, REPLAY_LOOP)
+THRESHOLD_GAMER = "threshold_gamer"
+BOT_KINDS: tuple[str, ...] = (HEADLESS_FARM, DATACENTER, VELOCITY, REPLAY_LOOP, THRESHOLD_GAMER)
 LABELS: tuple[str, ...] = (HUMAN, *BOT_KINDS)
 
 DEFAULT_START_MS = 1_780_272_000_000  # 2026-06-01T00:00:00Z
@@ -54,7 +55,12 @@ _BOT_VIEWS: dict[str, tuple[int, int]] = {
     DATACENTER: (5, 20),
     VELOCITY: (2 * bots.SHIPPED.max_views_per_address_minute, 4 * bots.SHIPPED.max_views_per_address_minute),
     REPLAY_LOOP: (bots.SHIPPED.max_replays_per_day + 2, 3 * bots.SHIPPED.max_replays_per_day),
+    THRESHOLD_GAMER: (10, 30),
 }
+# Threshold gamers boost a few small long videos: fresh accounts on rotating home-like addresses
+# with browser agents, each view stopped just past the counting threshold.
+_GAMED_VIDEOS = 3
+_GAMED_MIN_DURATION_SECS = 600.0
 _STATIC_BOTS = frozenset({HEADLESS_FARM, DATACENTER})  # their signal needs no window
 _BURST_MAX_MS = 60_000  # the longest a velocity or replay-loop burst takes to send
 _BOT_WARMUP_MS = 5 * 60_000
@@ -237,6 +243,10 @@ class _Traffic:
         self.video_ids = [row.video_id for row in self.catalog.rows]
         long_videos = [i for i, d in enumerate(self.durations) if d >= _BOT_MIN_DURATION_SECS]
         self.bot_videos = long_videos or list(range(len(self.durations)))
+        longest = [
+            i for i, d in enumerate(self.durations) if d >= _GAMED_MIN_DURATION_SECS
+        ] or self.bot_videos
+        self.gamed_videos = longest[-_GAMED_VIDEOS:]  # the least popular of them (Zipf rank order)
         self.beat_ms = int(config.heartbeat_secs * 1000)
         self.rng = random.Random(f"tally-traffic-{config.seed}")
         self.heap: list[tuple[int, int, tuple[Any, ...]]] = []
@@ -373,6 +383,9 @@ class _Traffic:
             if rules.day_of(first) != rules.day_of(last):
                 move = rules.day_of(last) * rules.DAY_MS + 1_000 - first
                 times = [t + move for t in times]
+        elif kind == THRESHOLD_GAMER:
+            video = rng.choice(self.gamed_videos)
+            ips = [_ipv4(_BOT_V4, _mix(config.seed, n, 0x6A + i)) for i in range(count)]
         elif kind == HEADLESS_FARM:
             agent = HEADLESS_AGENTS[h % len(HEADLESS_AGENTS)]
         elif kind == DATACENTER:
@@ -386,7 +399,10 @@ class _Traffic:
                 video = rng.choice(self.bot_videos)
             longest = max(rules.MIN_WATCH_SECS, min(self.durations[video], _BOT_MAX_WATCH_SECS))
             watch = round(rng.uniform(rules.MIN_WATCH_SECS, longest), 1)
-            ctx: _Ctx = (user, session if user else f"{session}-{i}", ips[i % len(ips)], agent, ja3)
+            if kind == THRESHOLD_GAMER:  # a fresh account each view, stopped just past 30 s
+                user, watch = f"g{config.seed}x{n}-{i}", round(rng.uniform(rules.MIN_WATCH_SECS, 30.9), 1)
+            own_session = session if user and kind != THRESHOLD_GAMER else f"{session}-{i}"
+            ctx: _Ctx = (user, own_session, ips[i % len(ips)], agent, ja3)
             out.append((t + self._net(), ("e", "view", video, config.start_ms + t, watch, ctx, kind)))
         return out
 

@@ -19,6 +19,10 @@ from counting.traffic import Generated, TrafficConfig
 
 CLEAN = TrafficConfig(seed=7, videos=120, viewers=3_000, events=30_000, rate=300.0)
 # Slow enough that velocity and replay-loop bursts fit in the run many times over.
+# The bot kinds whose signal every one of their views shows (threshold gamers show it once their
+# video's day bunches).
+PER_VIEW_KINDS = tuple(k for k in traffic.BOT_KINDS if k != traffic.THRESHOLD_GAMER)
+EXAMPLES = settings(max_examples=10, deadline=None)
 MIXED = TrafficConfig(seed=11, videos=150, viewers=4_000, events=40_000, rate=150.0, bot_fraction=0.1)
 
 
@@ -145,6 +149,7 @@ def test_for_any_seed_events_are_valid_and_only_bots_are_rejected(seed, late_rat
         events=3_000,
         rate=20.0,
         bot_fraction=0.2,
+        bot_kinds=PER_VIEW_KINDS,
         late_rate=late_rate,
         retry_rate=retry_rate,
     )
@@ -167,7 +172,33 @@ def test_each_bot_kind_trips_its_own_signal(mixed):
         ("datacenter", "datacenter_ip"),
         ("velocity", "address_velocity"),
         ("replay_loop", "replay_rate"),
+        ("threshold_gamer", "threshold_bunching"),
     }
+
+
+@EXAMPLES
+@given(seed=st.integers(0, 2**32))
+def test_threshold_gamers_are_rejected_and_humans_only_near_the_threshold_of_gamed_days(seed):
+    config = TrafficConfig(
+        seed=seed,
+        videos=30,
+        viewers=200,
+        events=3_000,
+        rate=20.0,
+        bot_fraction=0.2,
+        bot_kinds=(traffic.THRESHOLD_GAMER,),
+    )
+    items = list(traffic.generate(config))
+    label = {item.event["event_id"]: item.label for item in items}
+
+    verdicts = oracle.view_verdicts(oracle.dedup(_stamped(config, items)))
+
+    gamed = [reason for e, reason in verdicts if label[e.event_id] != traffic.HUMAN]
+    assert sum(r == bots.THRESHOLD_BUNCHING for r in gamed) >= 0.98 * len(gamed)
+    humans = [(e, reason) for e, reason in verdicts if label[e.event_id] == traffic.HUMAN]
+    refused = [e for e, reason in humans if reason is not None]
+    assert all(bots.SHIPPED.is_near_threshold(e.watch_secs, e.video_duration_secs) for e in refused)
+    assert len(refused) <= 0.005 * len(humans)
 
 
 def test_bots_watch_long_enough_to_be_counted_otherwise(mixed):
