@@ -13,6 +13,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from counting.errors import TallyError
+from counting.rangefiles import MIN_IPV6_PREFIX, RangeFileError, read_range_file
 
 DEFAULT_RULES_FILE = Path(__file__).with_name("bot_rules.toml")
 _JA3 = re.compile(r"[0-9a-f]{32}")
@@ -87,12 +88,24 @@ def _networks(values: list[str]) -> list[str]:
 
 class Addresses(_Section):
     datacenter: list[str]
+    datacenter_files: list[str] = []
     allow: list[str]
 
     @field_validator("datacenter", "allow")
     @classmethod
     def _are_networks(cls, values: list[str]) -> list[str]:
         return _networks(values)
+
+    @field_validator("datacenter")
+    @classmethod
+    def _narrow_enough(cls, values: list[str]) -> list[str]:
+        for at, value in enumerate(values):
+            network = ipaddress.ip_network(value)
+            if network.version == 6 and network.prefixlen < MIN_IPV6_PREFIX:
+                raise ValueError(
+                    f"item {at} ({value}) is wider than /{MIN_IPV6_PREFIX}: a data-centre range is narrower"
+                )
+        return values
 
 
 class Tls(_Section):
@@ -133,7 +146,7 @@ def parse_rules(text: str, path: Path) -> BotRules:
         line = getattr(exc, "lineno", 0) or _line_in_message(str(exc))
         raise RulesError(path, line, f"not TOML: {getattr(exc, 'msg', exc)}") from None
     try:
-        return BotRules.model_validate(data)
+        rules = BotRules.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         location = tuple(first["loc"])
@@ -143,6 +156,24 @@ def parse_rules(text: str, path: Path) -> BotRules:
         if item and isinstance(first["input"], list) and int(item.group(1)) < len(first["input"]):
             line = _line_of_item(text, line, str(first["input"][int(item.group(1))]))
         raise RulesError(path, line, f"{name}: {_reason(first)}") from None
+    return _with_range_files(rules, path, text)
+
+
+def _with_range_files(rules: BotRules, path: Path, text: str) -> BotRules:
+    """The rules with the ranges of their `datacenter_files` (paths relative to the rules file)
+    added to the data-centre ranges, so that the rules hold every range they judge with."""
+    files = rules.addresses.datacenter_files
+    if not files:
+        return rules
+    ranges = list(rules.addresses.datacenter)
+    for name in files:
+        try:
+            ranges += read_range_file(path.parent / name)
+        except RangeFileError as exc:
+            line = _line_of_item(text, _line_of(text, ("addresses", "datacenter_files")), name)
+            raise RulesError(path, line, f"addresses.datacenter_files: {exc}") from None
+    unique = list(dict.fromkeys(ranges))
+    return rules.model_copy(update={"addresses": rules.addresses.model_copy(update={"datacenter": unique})})
 
 
 def load_rules(path: Path) -> BotRules:

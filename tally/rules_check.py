@@ -18,6 +18,7 @@ from counting.event import Event
 from counting.settings import Settings
 
 TOP_VIDEOS = 10
+MAX_LISTED = 10  # list items a change names one by one; more are counted
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,11 @@ class RulesCheck:
 
     def render(self) -> str:
         lines = [f"{self.path}: the rules pass the check (version {self.proposed.rules.version})"]
+        addresses = self.proposed.rules.addresses
+        files = (
+            f", with those of {', '.join(addresses.datacenter_files)}" if addresses.datacenter_files else ""
+        )
+        lines.append(f"data-centre ranges: {len(addresses.datacenter):,}{files}")
         if not self.changes:
             lines.append(
                 f"they are the rules in use (version {self.in_use.rules.version}): nothing would change"
@@ -129,6 +135,8 @@ def rule_changes(old: BotFilter, new: BotFilter) -> list[str]:
             added = [item for item in now if item not in was]
             removed = [item for item in was if item not in now]
             parts = [f"+{item}" for item in added] + [f"-{item}" for item in removed]
+            if len(parts) > MAX_LISTED:
+                parts = [f"+{len(added)} items", f"-{len(removed)} items"]
             changes.append(f"{key}: {', '.join(parts) if parts else 'reordered'}")
         else:
             changes.append(f"{key}: {was!r} -> {now!r}")

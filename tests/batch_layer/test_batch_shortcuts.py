@@ -19,17 +19,40 @@ from batch_layer.retries import REPEATED, deduplicate, id_hash, without_retries
 from batch_layer.transform import classify
 from batch_layer.verdict import _flag, _may_be_datacenter_ip
 from counting import bots, rules
+from counting.bots import BotFilter
 from counting.event import Event, parse_event, stamped
 from counting.traffic import TrafficConfig, generate
 
 pytestmark = pytest.mark.slow
 
 
-def _addresses(rng: random.Random) -> list[str]:
+# The shipped ranges and more, as a rules file's `datacenter_files` adds them (wider and narrower
+# IPv6 ranges, IPv4 ranges over several first octets).
+WIDER = BotFilter(
+    bots.SHIPPED.rules.model_copy(
+        update={
+            "addresses": bots.SHIPPED.rules.addresses.model_copy(
+                update={
+                    "datacenter": [
+                        *bots.SHIPPED.rules.addresses.datacenter,
+                        "44.192.0.0/10",
+                        "2406:da00::/24",
+                        "2600:1900::/28",
+                        "2a00::/16",
+                        "198.51.100.0/24",
+                    ]
+                }
+            )
+        }
+    )
+)
+
+
+def _addresses(rng: random.Random, bot_filter: BotFilter) -> list[str]:
     """Addresses in and near every range, written every way Python reads them."""
     found = ["::ffff:3.1.2.3", "0:0:0:0:0:FFFF:52.1.2.3", "::FFFF:3401:203", "0::ffff:159.89.0.1"]
     found += ["2600:1F00::5", "02a05:d000::1", "2a05:D07F:ffff::1%eth0", "::", "::1", "not-an-ip", ""]
-    for text in bots.SHIPPED.rules.addresses.datacenter:
+    for text in bot_filter.rules.addresses.datacenter:
         network = ipaddress.ip_network(text)
         first, last = int(network.network_address), int(network.broadcast_address)
         for value in (first, last, first - 1, last + 1, rng.randint(first, last)):
@@ -42,11 +65,14 @@ def _addresses(rng: random.Random) -> list[str]:
     return found
 
 
-def test_the_address_prefilter_keeps_every_datacenter_address(spark: SparkSession) -> None:
-    addresses = _addresses(random.Random(7))
+@pytest.mark.parametrize("bot_filter", [bots.SHIPPED, WIDER], ids=["shipped", "with-range-files"])
+def test_the_address_prefilter_keeps_every_datacenter_address(
+    spark: SparkSession, bot_filter: BotFilter
+) -> None:
+    addresses = _addresses(random.Random(7), bot_filter)
     frame = spark.createDataFrame([(a,) for a in addresses], "ip string")
-    kept = {r["ip"] for r in frame.where(_may_be_datacenter_ip(frame["ip"], bots.SHIPPED)).collect()}
-    datacenter = {a for a in addresses if bots.SHIPPED.is_datacenter_ip(a)}
+    kept = {r["ip"] for r in frame.where(_may_be_datacenter_ip(frame["ip"], bot_filter)).collect()}
+    datacenter = {a for a in addresses if bot_filter.is_datacenter_ip(a)}
 
     assert len(datacenter) > 40
     assert datacenter - kept == set()

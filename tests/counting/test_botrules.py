@@ -3,6 +3,7 @@ a file edited while a worker runs, and the oracle counting with the edited rules
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path
@@ -164,3 +165,78 @@ def _touch_later(path: Path) -> None:
     """Give the file a newer modification time (a rewrite within the clock's tick keeps it)."""
     stat = path.stat()
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+
+
+def _with_files(tmp_path: Path, *names: str) -> Path:
+    listed = ", ".join(f'"{name}"' for name in names)
+    path = tmp_path / "rules.toml"
+    path.write_text(SHIPPED_TEXT.replace("datacenter_files = []", f"datacenter_files = [{listed}]"))
+    return path
+
+
+def test_the_providers_published_lists_add_data_centre_ranges(tmp_path: Path) -> None:
+    aws = {
+        "syncToken": "1",
+        "prefixes": [{"ip_prefix": "44.192.0.0/10", "region": "us-east-1", "service": "AMAZON"}],
+        "ipv6_prefixes": [{"ipv6_prefix": "2406:da00::/24", "service": "AMAZON"}],
+    }
+    google = {
+        "prefixes": [{"ipv4Prefix": "34.80.0.0/15", "scope": "asia-east1"}, {"ipv6Prefix": "2600:1900::/28"}]
+    }
+    (tmp_path / "aws.json").write_text(json.dumps(aws))
+    (tmp_path / "cloud.json").write_text(json.dumps(google))
+    (tmp_path / "extra.txt").write_text("# our own list\n203.0.113.0/24\n\n198.51.100.0/24  # a lab\n")
+
+    rules = load_rules(_with_files(tmp_path, "aws.json", "cloud.json", "extra.txt"))
+    found = BotFilter(rules)
+
+    assert rules.addresses.datacenter[: len(bots.SHIPPED.rules.addresses.datacenter)] == list(
+        bots.SHIPPED.rules.addresses.datacenter
+    )
+    added = [
+        "44.192.0.0/10",
+        "2406:da00::/24",
+        "34.80.0.0/15",
+        "2600:1900::/28",
+        "203.0.113.0/24",
+        "198.51.100.0/24",
+    ]
+    assert rules.addresses.datacenter[len(bots.SHIPPED.rules.addresses.datacenter) :] == added
+    assert all(
+        found.is_datacenter_ip(ip) for ip in ("44.200.1.2", "2406:da00::9", "34.81.0.1", "198.51.100.7")
+    )
+    assert not bots.SHIPPED.is_datacenter_ip("44.200.1.2") and not found.is_datacenter_ip("44.128.0.1")
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "line", "reason"),
+    [
+        (
+            "bad.txt",
+            "203.0.113.0/24\n203.0.113.7/24\n",
+            2,
+            "not an address range: 203.0.113.7/24 has host bits set",
+        ),
+        ("bad.json", '{"prefixes": [\n  {"ip_prefix": "1.2.3.0/24",}\n]}', 2, "not JSON"),
+        ("empty.json", '{"prefixes": []}', 0, "holds no address range under any of the keys"),
+        ("wide.txt", "2000::/3\n", 1, "2000::/3 is wider than /16"),
+    ],
+)
+def test_a_bad_range_file_is_refused_naming_it_and_the_rules_line(
+    tmp_path: Path, name: str, content: str, line: int, reason: str
+) -> None:
+    (tmp_path / name).write_text(content)
+    path = _with_files(tmp_path, name)
+
+    with pytest.raises(RulesError) as refused:
+        load_rules(path)
+
+    assert refused.value.line == _line_of(path.read_text(), "datacenter_files = [")
+    where = f"{tmp_path / name}:{line}" if line else str(tmp_path / name)
+    assert refused.value.reason.startswith(f"addresses.datacenter_files: {where}: ")
+    assert reason in refused.value.reason
+
+
+def test_a_missing_range_file_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(RulesError, match=r"datacenter_files: .*nowhere\.txt: cannot be read"):
+        load_rules(_with_files(tmp_path, "nowhere.txt"))
