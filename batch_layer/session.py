@@ -8,6 +8,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
 from counting.settings import Settings
@@ -100,13 +101,15 @@ def build_session(
 
 def session_for(settings: Settings, spark: SparkSession | None) -> tuple[SparkSession, bool]:
     """The session a job runs in and whether the job owns it (and stops it at the end): `spark` if
-    given, else the process's active session (someone else's: left running), else a new one."""
+    given, else the process's active or default session (someone else's: left running; the
+    active one is per thread, and a task may run in another thread than its process's session),
+    else a new one."""
     if spark is not None:
         return spark, False
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active, False
-    return build_session(settings), True
+    try:
+        return SparkSession.active(), False
+    except PySparkRuntimeError:
+        return build_session(settings), True
 
 
 _BYPASS_PARTIAL_AGGREGATION = "spark.sql.execution.bypassPartialAggregation"
