@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from batch_layer.payouts import day_of_date, payout_amount, payout_events_path
 from batch_layer.rules_used import run_bot_filter
 from counting import oracle, rules
-from counting.bots import SHIPPED, BotFilter
+from counting.bots import BotFilter
 from counting.event import Event
 from counting.logschema import EVENT_COLUMNS, PARTITION_COLUMNS
 from counting.settings import Settings
@@ -211,7 +211,7 @@ def _recorded_ids(settings: Settings, row: LedgerRow) -> dict[str, str] | None:
 
 
 def derive(
-    raw_dir: Path, cutoff: int, day: date, videos: set[str], bot_filter: BotFilter = SHIPPED
+    raw_dir: Path, cutoff: int, day: date, videos: set[str], bot_filter: BotFilter | None = None
 ) -> Derived:
     """The counted views of `videos` with event time on `day`, from the log ingested before `cutoff`,
     judged by the oracle over all of that day's views (bot windows span videos and creators, never

@@ -24,7 +24,7 @@ from batch_layer.verdict import (
     with_static_signals,
 )
 from counting import rules
-from counting.bots import REASONS, SHIPPED, BotFilter
+from counting.bots import REASONS, BotFilter, shipped
 from warehouse.baseline import REJECTED_COLUMNS, baseline_schema
 
 # What became of each deduplicated view (the `outcome` column); latest reactions carry their state.
@@ -291,12 +291,13 @@ def _judged(rows: DataFrame, bot_filter: BotFilter) -> DataFrame:
     )
 
 
-def classify(events: DataFrame, bot_filter: BotFilter = SHIPPED) -> DataFrame:
+def classify(events: DataFrame, bot_filter: BotFilter | None = None) -> DataFrame:
     """One row per deduplicated event with what it counts as: `outcome` (a view's outcome, a
     latest reaction's state, else null), `reason` of a rejected view (by the rules of
     `bot_filter`), `viewer`, `view_window`, `day`, and for counted views whether they bring a new
     viewer (`new_viewer`: of the video, `new_viewer_day`: of the video that day). The columns are
-    `CLASSIFIED`."""
+    `CLASSIFIED`. Without `bot_filter`, the rules shipped with Tally."""
+    bot_filter = bot_filter or shipped()
     # The static bot signals are properties of a row: computed first, they let the wide columns
     # they read go before the shuffles. Only what the rules read crosses the deduplication.
     view = is_view()
@@ -424,6 +425,6 @@ def daily_video_counts(classified: DataFrame) -> DataFrame:
     return daily_totals(grain_counts(classified))
 
 
-def transform(events: DataFrame, bot_filter: BotFilter = SHIPPED) -> DataFrame:
+def transform(events: DataFrame, bot_filter: BotFilter | None = None) -> DataFrame:
     """Log rows (the log's columns) -> per-video counts with the baseline's columns."""
     return video_counts(classify(events, bot_filter))

@@ -307,7 +307,16 @@ def filter_of(path: Path | None) -> BotFilter:
     return _filter(path, stat.st_mtime_ns, stat.st_size)
 
 
-SHIPPED = filter_of(None)
+def shipped() -> BotFilter:
+    """The filter of the rules shipped with Tally (read on first use: importing reads no file)."""
+    return filter_of(None)
+
+
+def __getattr__(name: str) -> BotFilter:
+    """`bots.SHIPPED`: the shipped rules' filter, for code that generates or describes traffic."""
+    if name == "SHIPPED":
+        return shipped()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class RulesInUse:

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from counting import rules
-from counting.bots import SHIPPED, BotFilter
+from counting.bots import BotFilter, shipped
 from counting.event import Event
 
 
@@ -49,10 +49,11 @@ def reactions(events: Iterable[Event]) -> dict[tuple[str, str], str]:
     return {pair: rules.reaction_state(e.type) for pair, e in latest.items()}
 
 
-def view_verdicts(events: list[Event], bot_filter: BotFilter = SHIPPED) -> list[tuple[Event, str | None]]:
+def view_verdicts(events: list[Event], bot_filter: BotFilter | None = None) -> list[tuple[Event, str | None]]:
     """Each deduplicated view with the reason it is not counted as a bot view (None: human). The
     windows are whole: views per address and minute, per video, viewer and day, and the views
     long enough to count per video and day (those stopping near the threshold among them)."""
+    bot_filter = bot_filter or shipped()
     views = [e for e in events if e.type == "view"]
     per_address = Counter((e.ip, rules.minute_of(e.ts)) for e in views if e.ip is not None)
     per_viewer = Counter((e.video_id, rules.viewer_of(e), rules.day_of(e.ts)) for e in views)
@@ -76,7 +77,9 @@ REPEAT = "repeat"
 REJECTED = "rejected"
 
 
-def view_outcomes(kept: list[Event], bot_filter: BotFilter = SHIPPED) -> list[tuple[Event, str, str | None]]:
+def view_outcomes(
+    kept: list[Event], bot_filter: BotFilter | None = None
+) -> list[tuple[Event, str, str | None]]:
     """Each deduplicated view (in first-copy order) with its outcome — counted, short, repeat or
     rejected — and the reason of a rejection."""
     windows: set[tuple[str, str, int]] = set()
@@ -94,14 +97,14 @@ def view_outcomes(kept: list[Event], bot_filter: BotFilter = SHIPPED) -> list[tu
 
 
 def counted_views(
-    events: Iterable[Event], cutoff: int | None = None, bot_filter: BotFilter = SHIPPED
+    events: Iterable[Event], cutoff: int | None = None, bot_filter: BotFilter | None = None
 ) -> list[Event]:
     """The view events that count, one per (video, viewer, window), as of the cutoff."""
     return [e for e, outcome, _ in view_outcomes(dedup(events, cutoff), bot_filter) if outcome == COUNTED]
 
 
 def count(
-    events: Iterable[Event], cutoff: int | None = None, bot_filter: BotFilter = SHIPPED
+    events: Iterable[Event], cutoff: int | None = None, bot_filter: BotFilter | None = None
 ) -> dict[str, VideoCounts]:
     """Exact per-video counts over the events ingested before `cutoff` (all events if None), with
     the bot rules of `bot_filter` (default: the rules shipped with Tally)."""

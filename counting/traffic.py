@@ -49,14 +49,20 @@ _RETRY_MIN_MS, _RETRY_MAX_MS = 200, 3_000
 _NET_MIN_MS, _NET_SPAN_MS = 15, 385
 _IPV6_SHARE = 0.25
 
-# Bots: views per bot session, and what they look like.
-_BOT_VIEWS: dict[str, tuple[int, int]] = {
-    HEADLESS_FARM: (5, 20),
-    DATACENTER: (5, 20),
-    VELOCITY: (2 * bots.SHIPPED.max_views_per_address_minute, 4 * bots.SHIPPED.max_views_per_address_minute),
-    REPLAY_LOOP: (bots.SHIPPED.max_replays_per_day + 2, 3 * bots.SHIPPED.max_replays_per_day),
-    THRESHOLD_GAMER: (10, 30),
-}
+
+def _bot_views(kind: str) -> tuple[int, int]:
+    """Views per bot session of a kind (the window kinds trip the shipped rules' limits)."""
+    rules_in_use = bots.shipped()
+    velocity, replays = rules_in_use.max_views_per_address_minute, rules_in_use.max_replays_per_day
+    return {
+        HEADLESS_FARM: (5, 20),
+        DATACENTER: (5, 20),
+        VELOCITY: (2 * velocity, 4 * velocity),
+        REPLAY_LOOP: (replays + 2, 3 * replays),
+        THRESHOLD_GAMER: (10, 30),
+    }[kind]
+
+
 # Threshold gamers boost a few small long videos: fresh accounts on rotating home-like addresses
 # with browser agents, each view stopped just past the counting threshold.
 _GAMED_VIDEOS = 3
@@ -114,7 +120,6 @@ HEADLESS_AGENTS: tuple[str, ...] = (
 _HOME_V4 = (24, 67, 68, 71, 73, 76, 81, 86, 92, 98, 174, 189, 201)
 _HOME_V6 = (0x2601, 0x2A02)
 _BOT_V4 = (45, 77, 91, 185, 196)
-_DATACENTER_NETS = tuple(ipaddress.ip_network(r) for r in bots.SHIPPED.rules.addresses.datacenter)
 
 _Ctx = tuple[str | None, str, str, str, str]  # user_id, session_id, ip, user_agent, ja3
 
@@ -211,7 +216,8 @@ def _home_address(seed: int, household: int) -> str:
 
 
 def _datacenter_address(h: int) -> str:
-    network = _DATACENTER_NETS[h % len(_DATACENTER_NETS)]
+    networks = bots.shipped().datacenter.networks
+    network = networks[h % len(networks)]
     return str(network.network_address + 1 + (h >> 8) % (network.num_addresses - 2))
 
 
@@ -362,7 +368,7 @@ class _Traffic:
         self.bot_sessions += 1
         n = self.bot_sessions
         h = _mix(config.seed, n, 0xB07)
-        count = rng.randint(*_BOT_VIEWS[kind])
+        count = rng.randint(*_bot_views(kind))
         agent, ja3 = BROWSERS[h % len(BROWSERS)]
         ips = [_ipv4(_BOT_V4, h >> 8)]
         user: str | None = None

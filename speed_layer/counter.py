@@ -344,7 +344,7 @@ def plan_batch(
     generations: dict[tuple[str, int], int] | None = None,
     trims: dict[str, int] | None = None,
     expiring: set[str] | None = None,
-    bot_filter: bots.BotFilter = bots.SHIPPED,
+    bot_filter: bots.BotFilter | None = None,
 ) -> CounterPlan:
     """Plan the Redis writes of a micro-batch: one plan per partition (more when it is large), each
     covering every record of its offset range; records that cannot be decoded become dead letters.
@@ -354,6 +354,7 @@ def plan_batch(
     the keys this worker already gave an expiry (see `remember_expiries`); `bot_filter` judges the
     views (the rules of the settings' file)."""
     trims = {} if trims is None else trims
+    bot_filter = bot_filter or bots.shipped()
     expiring = set() if expiring is None else expiring
     writes: list[PartitionPlan] = []
     dead_letters: list[tuple[Record, PoisonRecord]] = []
