@@ -69,7 +69,8 @@ def test_a_bad_file_in_a_skipped_interval_stops_the_next_run(
     settings = tally_env
     start = int(datetime(2026, 11, 22, 4, tzinfo=UTC).timestamp() * 1000)
     first, later = start + HOUR_MS, start + 3 * HOUR_MS
-    config, events = _traffic(start, seed=11)
+    config, traffic = _traffic(start, seed=11)
+    events = [e for e in traffic if (e.ingest_ts or 0) < later - HOUR_MS]  # [06:00, 07:00) gets none
     write_log(settings.raw_dir, events)
     _load_catalog(settings, config)
     archived_until(settings, later + HOUR_MS)
@@ -84,7 +85,7 @@ def test_a_bad_file_in_a_skipped_interval_stops_the_next_run(
     bad = log_rows(skipped, first_offset=70_000)
     bad[0]["event_id"] = None
     bad_file = write_rows(hour_folder(settings.raw_dir, first), "events-p0-70000-70001.parquet", bad)
-    assert all((e.ingest_ts or 0) < first + 2 * HOUR_MS for e in events)  # [06:00, 07:00) gets none
+    assert max(e.ingest_ts or 0 for e in events) >= first + HOUR_MS // 2  # the skipped hour has traffic
 
     run = dag.test(logical_date=_moment(later))  # the interval [06:00, 07:00)
 
