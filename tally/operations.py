@@ -35,6 +35,10 @@ from tally.stack import (
 )
 from tally.topics import ensure_topics
 
+# How long a started worker may take to listen: a Faust worker imports, then joins its group, in
+# seconds on an idle machine; twice the old 30 s, which a loaded 2-core machine once exceeded.
+WORKER_START_S = 60
+
 
 @dataclass
 class Change:
@@ -377,7 +381,7 @@ def _start_workers(stack: Stack, names: list[str], change: Change) -> None:
         started.append(process)
     for process in started:
         port, _ = _port_of(stack.settings, process.name)
-        wait_for_port(port, 30, LISTENS[process.name], Path(process.log))
+        wait_for_port(port, WORKER_START_S, LISTENS[process.name], Path(process.log))
         if not process.alive():
             raise StackError(f"{process.name} exited as it started: see its log at {process.log}")
 
