@@ -44,7 +44,7 @@ import redis
 import redis.asyncio as aioredis
 
 from batch_layer.extract import read_log
-from batch_layer.session import build_session
+from batch_layer.session import session_for
 from batch_layer.transform import COUNTED, REJECTED, classify
 from bench.isolated import isolated_services, run_in_work_dir
 from bench.speed_layer import _machine, pack
@@ -151,7 +151,8 @@ def batch_outcomes(
     """The records through the archiver's writer, then the batch's `classify` over the log below
     the cutoff: the (outcome, reason) of every deduplicated view, by event id."""
     ParquetLog(settings.raw_dir, settings.events_topic).write(records)
-    spark = build_session(settings.model_copy(update={"spark_master": "local[2]"}), "tally-bench-bots")
+    # The process's session if it has one (a test's), left running; else one of the bench's own.
+    spark, own_session = session_for(settings.model_copy(update={"spark_master": "local[2]"}), None)
     try:
         rows = (
             classify(read_log(spark, settings.raw_dir, cutoff_ms), bot_filter)
@@ -160,7 +161,8 @@ def batch_outcomes(
             .collect()
         )
     finally:
-        spark.stop()
+        if own_session:
+            spark.stop()
     return {row["event_id"]: (row["outcome"], row["reason"]) for row in rows}
 
 
