@@ -26,7 +26,7 @@ import msgspec
 from bench.speed_layer import REQUEST_EVENTS, _machine, generate
 from counting.settings import Settings
 from tally.secrets import with_local_secrets
-from tally.services import free_port
+from tally.services import free_port, free_ports
 from tally.stack import start_stack
 
 RESULTS = Path(__file__).parent / "results"
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             redis_url=f"redis://127.0.0.1:{free_port()}/0",
             ingest_port=free_port(),
             serving_port=free_port(),
-            faust_web_port=free_port(),
+            faust_web_port=free_ports(2),
             bucket_ms=60_000,
         )
         settings = with_local_secrets(settings)  # the collector key the stack's ingest API checks

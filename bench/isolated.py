@@ -12,7 +12,7 @@ from typing import Any
 
 from counting.settings import Settings
 from tally.secrets import with_local_secrets
-from tally.services import Service, free_port, start_broker, start_redis
+from tally.services import Service, free_port, free_ports, start_broker, start_redis
 
 
 def isolated_services(work: Path, bucket_ms: int = 10_000) -> tuple[Service, Service, Settings]:
@@ -27,7 +27,7 @@ def isolated_services(work: Path, bucket_ms: int = 10_000) -> tuple[Service, Ser
         redis_url=f"redis://127.0.0.1:{store.port}/0",
         ingest_port=free_port(),
         serving_port=free_port(),
-        faust_web_port=free_port(),
+        faust_web_port=free_ports(2),
     )
     return broker, store, with_local_secrets(settings)
 

@@ -42,7 +42,7 @@ from counting.event import Event
 from counting.settings import Settings
 from counting.wire import decode_events, encode_events, partition_for, record_key
 from ingest.publisher import shard_of
-from tally.services import free_port, start_broker, start_redis, stop_process
+from tally.services import free_port, free_ports, start_broker, start_redis, stop_process
 from tally.stack import settings_env
 from tally.topics import ensure_topics
 
@@ -374,7 +374,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 kafka_bootstrap=bootstrap,
                 redis_url=f"redis://127.0.0.1:{store.port}/0",
                 topic_partitions=args.partitions,
-                faust_web_port=free_port(),
+                faust_web_port=free_ports(2),
                 bucket_ms=60_000,
             )
             uniform = generate(args.events, args.videos, args.events // 5, 1, now - 3_600_000, 50_000.0)

@@ -45,6 +45,27 @@ def free_port() -> int:
         return port
 
 
+def free_ports(count: int, tries: int = 100) -> int:
+    """The first of `count` consecutive loopback ports that are all free now (the workers' metrics
+    ports are `faust_web_port` plus an offset: a free first port alone may be followed by one a
+    client connection holds)."""
+    for _ in range(tries):
+        first = free_port()
+        held: list[socket.socket] = []
+        try:
+            for port in range(first, first + count):
+                sock = socket.socket()
+                held.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return first
+        except OSError:
+            continue
+        finally:
+            for sock in held:
+                sock.close()
+    raise OSError(f"no {count} consecutive free ports on 127.0.0.1 after {tries} tries")
+
+
 def wait_for_port(port: int, timeout: float, name: str, log: Path | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

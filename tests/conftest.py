@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from counting.settings import Settings
-from tally.services import Service, free_port, start_broker, start_redis
+from tally.services import Service, free_port, free_ports, start_broker, start_redis
 from tally.stack import Stack, start_stack
 
 
@@ -71,7 +71,7 @@ def stack_settings(settings: Settings, broker: str) -> Settings:
             "kafka_bootstrap": broker,
             "ingest_port": free_port(),
             "serving_port": free_port(),
-            "faust_web_port": free_port(),
+            "faust_web_port": free_ports(2),
             "topic_partitions": 3,
         }
     )

@@ -24,7 +24,7 @@ from counting.event import Event
 from counting.settings import Settings, settings_env
 from tally.cli import app
 from tally.loadgen import post_traffic
-from tally.services import free_port, is_listening
+from tally.services import free_port, free_ports, is_listening
 from tally.speedview import counter_caught_up, wait_until
 from tally.traffic_run import generate_items
 
@@ -52,7 +52,7 @@ def _stack_settings(root: Path, redis_url: str) -> Settings:
         serving_cache_ms=0,
         ingest_port=free_port(),
         serving_port=free_port(),
-        faust_web_port=free_port(),
+        faust_web_port=free_ports(2),
     )
 
 
