@@ -161,13 +161,18 @@ class BotFilter:
             self._is_datacenter_ip
         )
         self.is_allowed_ip: Callable[[str | None], bool] = lru_cache(maxsize=262_144)(self._is_allowed_ip)
+        # The pattern search costs microseconds; the agents are few (a client-mask miss, a new
+        # address, must not search again).
+        self.is_scripted_agent: Callable[[str | None], bool] = lru_cache(maxsize=65_536)(
+            self._is_scripted_agent
+        )
         # The rejection reason of every mask (None: not rejected): `rejection_reason` evaluated once
         # per combination of signals, so a hot path decides a view with one lookup.
         self.rejection_by_mask: tuple[str | None, ...] = tuple(
             self.rejection_reason(self.signals_of(mask)) for mask in range(1 << len(MASK_ORDER))
         )
 
-    def is_scripted_agent(self, user_agent: str | None) -> bool:
+    def _is_scripted_agent(self, user_agent: str | None) -> bool:
         return user_agent is not None and self._scripted.search(user_agent) is not None
 
     def _is_datacenter_ip(self, ip: str | None) -> bool:
