@@ -15,11 +15,15 @@ from batch_layer.session import partial_aggregation_bypassed
 from batch_layer.verdict import (
     STATIC_SIGNALS,
     allowed_addresses,
+    is_agent_rotation,
     is_bunched,
+    is_flagged,
     is_high_velocity,
     is_near_threshold,
     is_replay_loop,
+    reason_of,
     rejection_reason,
+    signal_mask,
     with_bunching,
     with_static_signals,
 )
@@ -47,6 +51,8 @@ CLASSIFIED: tuple[str, ...] = (
     "view_window",
     "outcome",
     "reason",
+    "signals",
+    "flagged",
     "new_viewer",
     "new_viewer_day",
 )
@@ -78,24 +84,89 @@ def _is_qualified() -> Column:
     return (watched >= F.lit(rules.MIN_WATCH_SECS)) & ~F.isnan(watched)
 
 
-def _busy_addresses(views: DataFrame, bot_filter: BotFilter) -> DataFrame:
-    """The (ip, minute) pairs of `is_high_velocity`, with a true `_busy`, but for the addresses of
-    the allow-list: few (bots), so they are broadcast to the views unless there are very many."""
-    pairs = (
+# The hash of a view's user agent (null: none, or empty): what the rotation signal counts, 64 bits
+# wide so that the distinct agents of an address and hour collide with odds below 1e-15.
+_AGENT = "_agent"
+
+
+def _address_counts(views: DataFrame) -> DataFrame:
+    """Per (ip, minute, agent) the views: one aggregate over the views, from which both address
+    signals add up (nearly every key is distinct: no partial aggregation)."""
+    counts = (
         views.where(F.col("ip").isNotNull())
-        .groupBy("ip", "minute")
+        .groupBy("ip", "minute", _AGENT)
         .agg(F.count(F.lit(1)).alias("_views"))
-        .where(is_high_velocity(F.col("_views"), bot_filter))
-        .select("ip", "minute", F.lit(True).alias("_busy"))
     )
-    with partial_aggregation_bypassed(views.sparkSession):  # nearly every pair is distinct
-        pairs = pairs.localCheckpoint(eager=True)
+    with partial_aggregation_bypassed(views.sparkSession):
+        return counts.localCheckpoint(eager=True)
+
+
+def _busy_views(views: DataFrame, counts: DataFrame, bot_filter: BotFilter) -> DataFrame:
+    """The (ip, ts) of `is_high_velocity` views, with a true `_busy`: those that some 60 s of
+    event time holding them (`rules.VELOCITY_WINDOW_MS`) hold with more views from their address
+    than the limit, as the oracle's `address_windows` finds them.
+
+    Any 60 s lie in two consecutive minutes, so only minutes m whose views with those of m - 1
+    pass the limit (a pair `_hot` names by m) may hold such views, in m - 1 and m. The views of
+    the addresses' minutes around them (m - 2 to m + 1) are windowed by address and time: each
+    view's 60 s up to it (`_ending`), then the busiest of those ending in the 60 s from it. Views
+    outside such minutes see fewer views than there are, and fewer still are under the limit."""
+    limit = bot_filter.max_views_per_address_minute
+    per_minute = counts.groupBy("ip", "minute").agg(F.sum("_views").alias("_views"))
+    before = per_minute.select("ip", (F.col("minute") + 1).alias("minute"), F.col("_views").alias("_before"))
+    hot = (
+        per_minute.join(before, on=["ip", "minute"], how="left")
+        .where(F.col("_views") + F.coalesce(F.col("_before"), F.lit(0)) > F.lit(limit))
+        .select("ip", F.col("minute").alias("_hot"))
+    )
+    around = hot.select("ip", F.explode(F.sequence(F.col("_hot") - 2, F.col("_hot") + 1)).alias("minute"))
+    around = around.distinct().localCheckpoint(eager=True)
+    if around.isEmpty():
+        return views.sparkSession.createDataFrame([], "ip string, ts long, _busy boolean")
+    by_time = Window.partitionBy("ip").orderBy("ts")
+    span = rules.VELOCITY_WINDOW_MS - 1
+    near = views.join(F.broadcast(around), on=["ip", "minute"], how="left_semi").select("ip", "ts")
+    ending = near.withColumn("_ending", F.count(F.lit(1)).over(by_time.rangeBetween(-span, 0)))
+    busiest = F.max("_ending").over(by_time.rangeBetween(0, span))
+    return (
+        ending.withColumn("_busiest", busiest)
+        .where(is_high_velocity(F.col("_busiest"), bot_filter))
+        .select("ip", "ts", F.lit(True).alias("_busy"))
+        .distinct()
+    )
+
+
+def _rotating_addresses(counts: DataFrame, bot_filter: BotFilter) -> DataFrame:
+    """The (ip, hour) pairs of `is_agent_rotation`, with a true `_rotating`: few (bots)."""
+    hour = floor_div("minute", rules.HOUR_MS // rules.MINUTE_MS).alias("hour")
+    return (
+        counts.where(F.col(_AGENT).isNotNull())
+        .groupBy("ip", hour)
+        .agg(F.count_distinct(_AGENT).alias("_agents"))
+        .where(is_agent_rotation(F.col("_agents"), bot_filter))
+        .select("ip", "hour", F.lit(True).alias("_rotating"))
+    )
+
+
+def _not_allowed(pairs: DataFrame, bot_filter: BotFilter) -> DataFrame:
+    """The address pairs but those of the allow-list's addresses (no address signal for them),
+    kept, and broadcast unless there are very many."""
+    pairs = pairs.localCheckpoint(eager=True)
     if bot_filter.allowed.networks:
-        busy = [row["ip"] for row in pairs.select("ip").distinct().collect()]
-        allowed = allowed_addresses(busy, bot_filter)
+        found = [row["ip"] for row in pairs.select("ip").distinct().collect()]
+        allowed = allowed_addresses(found, bot_filter)
         if allowed:
             pairs = pairs.where(~F.col("ip").isin(allowed)).localCheckpoint(eager=True)
     return F.broadcast(pairs) if pairs.count() <= _MAX_BROADCAST_PAIRS else pairs
+
+
+def _address_signals(views: DataFrame, bot_filter: BotFilter) -> tuple[DataFrame, DataFrame]:
+    """The two address signals of the views: the (ip, ts) of busy views (`_busy_views`) and the
+    (ip, hour) of rotating addresses (`_rotating_addresses`), but for the allow-list's addresses."""
+    counts = _address_counts(views)
+    busy = _not_allowed(_busy_views(views, counts, bot_filter), bot_filter)
+    rotating = _not_allowed(_rotating_addresses(counts, bot_filter), bot_filter)
+    return busy, rotating
 
 
 # Marks a view that stopped near the counting threshold (`is_near_threshold`).
@@ -104,11 +175,13 @@ _NEAR = "_near"
 
 def _with_threshold_bunching(rows: DataFrame, bot_filter: BotFilter) -> DataFrame:
     """The rows with the threshold-bunching signal in the static mask of each view near the
-    threshold on a bunched (video, day): its views long enough to count are counted per (video,
-    day) once, over the deduplicated log; the bunched days are few (gamed videos), so they are
-    broadcast, and with none the rows only lose their `_near` column."""
+    threshold on a bunched (video, day): its views long enough to count that their static signals
+    do not reject are counted per (video, day) once, over the deduplicated log; the bunched days
+    are few (gamed videos), so they are broadcast, and with none the rows only lose their `_near`
+    column."""
+    weighed = is_view() & F.col("qualified") & reason_of(F.col(STATIC_SIGNALS), bot_filter).isNull()
     days = (
-        rows.where(is_view() & F.col("qualified"))
+        rows.where(weighed)
         .groupBy("video_id", "day")
         .agg(F.count(F.lit(1)).alias("_qualified"), F.count_if(F.col(_NEAR)).alias("_near_views"))
         .where(is_bunched(F.col("_near_views"), F.col("_qualified"), bot_filter))
@@ -153,16 +226,23 @@ def _is_kept_reaction() -> Column:
 _PERSON = "_person"
 
 
-def _decided(rows: DataFrame, busy_addresses: DataFrame, bot_filter: BotFilter) -> DataFrame:
-    """The rows with what an outcome reads: the address velocity signal (`_busy`, from the views'
-    `_busy_addresses`), whether the row is a reaction, its person (the viewer of a view, the user
+def _decided(
+    rows: DataFrame, address_signals: tuple[DataFrame, DataFrame], bot_filter: BotFilter
+) -> DataFrame:
+    """The rows with what an outcome reads: the address signals (`_busy`, `_rotating`, from the
+    views' `_address_signals`), whether the row is a reaction, its person (the viewer of a view, the user
     of a reaction), the hash of (video, person), and whether each view is a candidate (a qualified
     view the other signals do not reject) for both values of the replay signal. Only these columns
     cross the shuffle and fill the window buffers."""
     busy = F.coalesce(F.col("_busy"), F.lit(False))
+    rotating = F.coalesce(F.col("_rotating"), F.lit(False))
     static, qualified = F.col(STATIC_SIGNALS), F.col("qualified")
     person = F.coalesce(F.col("viewer"), F.col("user_id"))
-    return rows.join(busy_addresses, on=["ip", "minute"], how="left").select(
+    busy_views, rotating_addresses = address_signals
+    joined = rows.join(busy_views, on=["ip", "ts"], how="left").join(
+        rotating_addresses, on=["ip", "hour"], how="left"
+    )
+    return joined.select(
         "event_id",
         "type",
         "video_id",
@@ -177,9 +257,10 @@ def _decided(rows: DataFrame, busy_addresses: DataFrame, bot_filter: BotFilter) 
         "qualified",
         _SHARED,
         busy.alias("_busy"),
+        rotating.alias("_rotating"),
         _pair_hash(person).alias(_VIEWER_HASH),
         *(
-            (qualified & rejection_reason(static, busy, F.lit(loop), bot_filter).isNull()).alias(
+            (qualified & rejection_reason(static, busy, F.lit(loop), rotating, bot_filter).isNull()).alias(
                 f"_candidate_{name}"
             )
             for name, loop in _HYPOTHESES.items()
@@ -230,8 +311,8 @@ def _outcomes(decided: DataFrame, alone: bool, bot_filter: BotFilter) -> DataFra
     }
     judged = (decided if alone else decided.repartition(_VIEWER_HASH)).withColumns(signals)
     judged = judged.withColumn(
-        "reason", rejection_reason(static, F.col("_busy"), F.col("_replay"), bot_filter)
-    )
+        "signals", signal_mask(static, F.col("_busy"), F.col("_replay"), F.col("_rotating"))
+    ).withColumn("reason", reason_of(F.col("signals"), bot_filter))
     reaction_order = F.struct("ts", "event_id")  # `rules.reaction_order`
     whole_pair = Window.partitionBy(*viewer_key)
     latest = F.lit(False) if alone else reaction_order == F.max(reaction_order).over(whole_pair)
@@ -257,6 +338,9 @@ def _outcomes(decided: DataFrame, alone: bool, bot_filter: BotFilter) -> DataFra
         .when(chosen(first_of_window), F.lit(COUNTED))
         .otherwise(F.lit(REPEAT)),
     ).withColumn("new_viewer_day", is_view() & chosen(first_of_day))
+    outcomes = outcomes.withColumn(
+        "flagged", (F.col("outcome") == F.lit(COUNTED)) & is_flagged(F.col("signals"), bot_filter)
+    )
     # The first view of the day that counted is the day's first candidate, so `new_viewer_day`
     # holds on one view per (video, viewer, day) with a counted view: the first such day's is new.
     earlier_day = (
@@ -283,11 +367,11 @@ def _judged(rows: DataFrame, bot_filter: BotFilter) -> DataFrame:
     every kept row).
     """
     together = (is_view() & F.col(_SHARED)) | _is_kept_reaction()
-    busy = _busy_addresses(rows.where(is_view()), bot_filter)
-    rows = _with_threshold_bunching(rows, bot_filter)
-    alone = _outcomes(_decided(rows.where(~together), busy, bot_filter), alone=True, bot_filter=bot_filter)
+    signals = _address_signals(rows.where(is_view()), bot_filter)
+    rows = _with_threshold_bunching(rows, bot_filter).drop(_AGENT)
+    alone = _outcomes(_decided(rows.where(~together), signals, bot_filter), alone=True, bot_filter=bot_filter)
     return alone.unionByName(
-        _outcomes(_decided(rows.where(together), busy, bot_filter), alone=False, bot_filter=bot_filter)
+        _outcomes(_decided(rows.where(together), signals, bot_filter), alone=False, bot_filter=bot_filter)
     )
 
 
@@ -312,6 +396,7 @@ def classify(events: DataFrame, bot_filter: BotFilter | None = None) -> DataFram
         F.when(is_reaction, F.col("user_id")).alias("user_id"),
         F.when(view, viewer()).alias("viewer"),
         F.when(view, F.col("ip")).alias("ip"),
+        F.when(view & (F.length("user_agent") > 0), F.xxhash64("user_agent")).alias(_AGENT),
         STATIC_SIGNALS,
         F.when(view, _is_qualified()).alias("qualified"),
         F.when(view, is_near_threshold(bot_filter)).alias(_NEAR),
@@ -329,6 +414,7 @@ def classify(events: DataFrame, bot_filter: BotFilter | None = None) -> DataFram
     deduped = without_retries(kept).drop("kafka_partition", "kafka_offset")
     timed = (
         deduped.withColumn("minute", floor_div("ts", rules.MINUTE_MS))
+        .withColumn("hour", floor_div("ts", rules.HOUR_MS))
         .withColumn("day", floor_div("ts", rules.DAY_MS))
         .withColumn("view_window", floor_div("ts", rules.VIEW_WINDOW_MS))
     )
@@ -363,6 +449,7 @@ def _counts() -> dict[str, Column]:
         "unique_viewers_day": F.count_if(F.col("new_viewer_day")),
         "short_views": of(SHORT),
         "repeat_views": of(REPEAT),
+        "flagged": F.count_if(F.col("flagged")),
         "rejected": of(REJECTED),
     }
     for index, column in enumerate(REJECTED_COLUMNS):
@@ -389,6 +476,7 @@ def grain_counts(classified: DataFrame, bucket_ms: int | None = None) -> DataFra
         F.when(outcome == REJECTED, _code(F.col("reason"), REASONS)).alias("_reason"),
         "new_viewer",
         "new_viewer_day",
+        F.coalesce(F.col("flagged"), F.lit(False)).alias("flagged"),
     )
     return coded.groupBy("video_id", "day", "is_view", "bucket").agg(
         *(count.alias(name) for name, count in _counts().items())

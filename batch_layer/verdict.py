@@ -4,7 +4,7 @@ distinct value.
 The signals of a user agent, an address and a TLS fingerprint are computed by the filter on the
 driver, once per distinct value, and only the flagged values go back to the rows. The watch
 anomaly and the two window thresholds are Column expressions of the filter's thresholds. The
-verdict of each of the 64 combinations of signals is the filter's `rejection_reason`, evaluated on
+verdict of each of the 2,048 combinations of signals is the filter's `rejection_reason`, evaluated on
 the driver and applied as an array indexed by the mask, so weights, the reject score and the
 tie-break exist once.
 """
@@ -12,7 +12,7 @@ tie-break exist once.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame
@@ -29,25 +29,24 @@ _MAX_IN_LIST = 10_000
 
 
 def _flagged_values(
-    views: DataFrame, rules: dict[str, tuple[Callable[[str], bool], Column]]
+    views: DataFrame, rules: Mapping[str, tuple[str, Callable[[str], bool], Column]]
 ) -> dict[str, list[str]]:
-    """Per column, its values for which its rule of `counting.bots` holds.
+    """Per signal, the values of its column for which its rule of `counting.bots` holds.
 
-    `rules` maps a column to its rule and a necessary condition of the rule (values it cannot hold
-    for are left out). One pass gathers the distinct combinations of the columns' values (few:
-    agents, fingerprints, and the addresses in or near a range); each rule then runs on the driver
-    once per value, so no Python worker runs and no row is shuffled for it. The combinations come
-    from a code-generated hash aggregate, not from `collect_set`, whose object aggregate copies
-    every value it sees (about 1.5 times the CPU on 10 million rows).
+    `rules` maps a signal to its column, its rule and a necessary condition of the rule (values it
+    cannot hold for are left out). One pass gathers the distinct combinations of the columns'
+    values (few: agents, fingerprints, and the addresses in or near a range); each rule then runs
+    on the driver once per value, so no Python worker runs and no row is shuffled for it. The
+    combinations come from a code-generated hash aggregate, not from `collect_set`, whose object
+    aggregate copies every value it sees (about 1.5 times the CPU on 10 million rows).
     """
-    candidates = views.select(
-        *(F.when(may_hold, F.col(column)).alias(column) for column, (_, may_hold) in rules.items())
-    ).distinct()
+    columns: dict[str, Column] = {}
+    for column, _, may_hold in rules.values():
+        columns[column] = may_hold if column not in columns else columns[column] | may_hold
+    candidates = views.select(*(F.when(held, F.col(c)).alias(c) for c, held in columns.items())).distinct()
     table = candidates.toArrow()
-    return {
-        column: sorted(v for v in set(table.column(column).to_pylist()) if v is not None and check(v))
-        for column, (check, _) in rules.items()
-    }
+    values = {column: {v for v in table.column(column).to_pylist() if v is not None} for column in columns}
+    return {signal: sorted(filter(check, values[column])) for signal, (column, check, _) in rules.items()}
 
 
 def _is_in(column: str, values: list[str]) -> Column:
@@ -165,18 +164,22 @@ def with_static_signals(events: DataFrame, bot_filter: BotFilter) -> DataFrame:
     columns they read (agent, fingerprint, duration) can then be dropped before any shuffle.
     """
     log_columns = events.columns
-    flagged = _flagged_values(
-        events.where(F.col("type") == "view"),  # the only rows the signals matter for
-        {
-            "user_agent": (bot_filter.is_scripted_agent, F.lit(True)),
-            "ja3": (bot_filter.is_bad_ja3, F.lit(True)),
-            "ip": (bot_filter.is_datacenter_ip, _may_be_datacenter_ip(F.col("ip"), bot_filter)),
-        },
-    )
-    signals = {"user_agent": bots.SCRIPTED_AGENT, "ja3": bots.BAD_TLS, "ip": bots.DATACENTER_IP}
+    rules = {
+        bots.SCRIPTED_AGENT: ("user_agent", bot_filter.is_scripted_agent, F.lit(True)),
+        bots.MISSING_AGENT: ("user_agent", bot_filter.is_missing_agent, F.lit(True)),  # blank ones
+        bots.IMPOSSIBLE_AGENT: ("user_agent", bot_filter.is_impossible_agent, F.lit(True)),
+        bots.BAD_TLS: ("ja3", bot_filter.is_bad_ja3, F.lit(True)),
+        bots.DATACENTER_IP: (
+            "ip",
+            bot_filter.is_datacenter_ip,
+            _may_be_datacenter_ip(F.col("ip"), bot_filter),
+        ),
+    }
+    flagged = _flagged_values(events.where(F.col("type") == "view"), rules)  # the rows the signals matter for
     static: dict[str, Column] = {}
-    for column, signal in signals.items():
-        events, static[signal] = _flag(events, column, flagged[column], f"_is_{signal}")
+    for signal, (column, _, _) in rules.items():
+        events, static[signal] = _flag(events, column, flagged[signal], f"_is_{signal}")
+    static[bots.MISSING_AGENT] = static[bots.MISSING_AGENT] | F.col("user_agent").isNull()
     static[bots.WATCH_ANOMALY] = _is_watch_anomaly(bot_filter)
     static[bots.WATCH_RATIO] = _is_low_watch_ratio(bot_filter)
     # One projection adds the mask (each DataFrame step analyses the whole plan again, about 0.3 s
@@ -185,8 +188,13 @@ def with_static_signals(events: DataFrame, bot_filter: BotFilter) -> DataFrame:
 
 
 def is_high_velocity(address_views: Column, bot_filter: BotFilter) -> Column:
-    """`is_high_velocity` of the views from an address in a minute."""
+    """`is_high_velocity` of the views from an address in 60 s."""
     return address_views > F.lit(bot_filter.max_views_per_address_minute)
+
+
+def is_agent_rotation(address_agents: Column, bot_filter: BotFilter) -> Column:
+    """`is_agent_rotation` of the distinct agents from an address in an hour."""
+    return address_agents > F.lit(bot_filter.max_agents_per_address_hour)
 
 
 def allowed_addresses(addresses: list[str], bot_filter: BotFilter) -> list[str]:
@@ -199,13 +207,34 @@ def is_replay_loop(viewer_views: Column, bot_filter: BotFilter) -> Column:
     return viewer_views > F.lit(bot_filter.max_replays_per_day)
 
 
+def signal_mask(static: Column, high_velocity: Column, replay_loop: Column, rotation: Column) -> Column:
+    """A view's signal mask: its static mask (`with_static_signals`) and its three window signals."""
+    window = {
+        bots.ADDRESS_VELOCITY: high_velocity,
+        bots.REPLAY_RATE: replay_loop,
+        bots.AGENT_ROTATION: rotation,
+    }
+    return static + _mask(window)
+
+
 def rejection_reason(
-    static: Column, high_velocity: Column, replay_loop: Column, bot_filter: BotFilter
+    static: Column, high_velocity: Column, replay_loop: Column, rotation: Column, bot_filter: BotFilter
 ) -> Column:
     """The reason a view is rejected as a bot view (null: it is not), from its static signal mask
-    (`with_static_signals`) and its two window signals."""
-    window = {bots.ADDRESS_VELOCITY: high_velocity, bots.REPLAY_RATE: replay_loop}
-    return _reason_table(bot_filter)[static + _mask(window)]
+    (`with_static_signals`) and its three window signals."""
+    return reason_of(signal_mask(static, high_velocity, replay_loop, rotation), bot_filter)
+
+
+def reason_of(mask: Column, bot_filter: BotFilter) -> Column:
+    """The rejection reason of a signal mask (null: not rejected): the filter's `rejection_by_mask`."""
+    return F.get(_reason_table(bot_filter), mask)
+
+
+def is_flagged(mask: Column, bot_filter: BotFilter) -> Column:
+    """Whether a signal mask's score is in the soft band: the filter's `flagged_by_mask`, as an
+    array literal made in one call to the JVM."""
+    items = ("true" if flagged else "false" for flagged in bot_filter.flagged_by_mask)
+    return F.coalesce(F.get(F.expr(f"array({', '.join(items)})"), mask), F.lit(False))
 
 
 def _reason_table(bot_filter: BotFilter) -> Column:

@@ -15,8 +15,8 @@ from warehouse.models import literal, render
 
 SQL_PATH = Path(__file__).resolve().parent / "sql" / "batch_rules.sql"
 
-# The SQL names each signal by its reason; its variables are `<reason>_weight` and `<reason>_rank`.
-_SIGNAL_REASONS = frozenset(bots.REASONS)
+# What Python's `str.strip` strips (a blank agent is a missing one).
+_WHITESPACE = "".join(chr(c) for c in range(0x110000) if chr(c).isspace())
 
 
 def _networks_relation() -> str:
@@ -48,7 +48,6 @@ def rules_variables(log: str, cutoff_ms: int) -> dict[str, str]:
         "log": log,
         "cutoff": literal(cutoff_ms),
         "anon_prefix": literal(rules.ANON_VIEWER_PREFIX),
-        "minute_ms": literal(rules.MINUTE_MS),
         "day_ms": literal(rules.DAY_MS),
         "view_window_ms": literal(rules.VIEW_WINDOW_MS),
         "min_watch_secs": literal(rules.MIN_WATCH_SECS),
@@ -59,8 +58,14 @@ def rules_variables(log: str, cutoff_ms: int) -> dict[str, str]:
         "watch_overrun_factor": literal(bots.SHIPPED.watch_overrun_factor),
         "watch_overrun_slack_secs": literal(bots.SHIPPED.watch_overrun_slack_secs),
         "max_views_per_address_minute": literal(bots.SHIPPED.max_views_per_address_minute),
+        "velocity_span_ms": literal(rules.VELOCITY_WINDOW_MS - 1),
+        "hour_ms": literal(rules.HOUR_MS),
+        "max_agents_per_address_hour": literal(bots.SHIPPED.max_agents_per_address_hour),
+        "impossible_agent_pattern": literal(bots.SHIPPED.impossible_pattern),
+        "whitespace": literal(_WHITESPACE),
         "max_replays_per_day": literal(bots.SHIPPED.max_replays_per_day),
         "reject_score": literal(bots.SHIPPED.reject_score),
+        "soft_score": literal(bots.SHIPPED.soft_score),
         "min_watch_ratio": literal(bots.SHIPPED.min_watch_ratio),
         "near_threshold_below": literal(bots.SHIPPED.near_threshold_below),
         "bunch_window_secs": literal(bots.SHIPPED.bunch_window_secs),
@@ -70,10 +75,38 @@ def rules_variables(log: str, cutoff_ms: int) -> dict[str, str]:
         "liked": literal(rules.LIKED),
         "disliked": literal(rules.DISLIKED),
     }
-    for rank, signal in enumerate(tuple(bots.SHIPPED.signals.values())):
-        variables[f"{signal.name}_weight"] = literal(float(signal.weight))
-        variables[f"{signal.name}_rank"] = literal(rank)
+    variables.update(_signal_variables())
     return variables
+
+
+def _signal_variables() -> dict[str, str]:
+    """The SQL of every signal, from `counting.bots.REASONS` and the shipped weights: the score (the
+    weights of the hits, `hit_<reason>`), that of the static signals alone, the candidates of the
+    reason (heaviest first, ties to the first listed) and the per-reason counts."""
+    signals = [bots.SHIPPED.signals[reason] for reason in bots.REASONS]
+    window = {bots.ADDRESS_VELOCITY, bots.REPLAY_RATE, bots.THRESHOLD_BUNCHING, bots.AGENT_ROTATION}
+    return {
+        "static_score": " + ".join(
+            f"(case when hit_{s.name} then {literal(float(s.weight))} else 0.0 end)"
+            for s in signals
+            if s.name not in window
+        ),
+        "score": "\n        + ".join(
+            f"(case when hit_{s.name} then {literal(float(s.weight))} else 0.0 end)" for s in signals
+        ),
+        "reason_candidates": ",\n                        ".join(
+            f"{{'weight': -({literal(float(s.weight))}), 'rank': {rank}, 'reason': {literal(s.name)}, "
+            f"'hit': hit_{s.name}}}"
+            for rank, s in enumerate(signals)
+        ),
+        "rejected_counts": ",\n        ".join(
+            f"count_if(outcome = 'rejected' and reason = {literal(s.name)}) as rejected_{s.name}"
+            for s in signals
+        ),
+        "rejected_columns": ",\n        ".join(
+            f"coalesce(view_counts.rejected_{s.name}, 0)::bigint as rejected_{s.name}" for s in signals
+        ),
+    }
 
 
 def rules_sql(log: str, cutoff_ms: int) -> str:

@@ -10,7 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from counting.errors import TallyError
 from counting.rangefiles import MIN_IPV6_PREFIX, RangeFileError, read_range_file
@@ -39,6 +39,13 @@ Weight = Annotated[float, Field(ge=0.0, le=100.0)]
 
 class Score(_Section):
     reject: float = Field(gt=0.0, description="a view whose signals weigh this much is not counted")
+    soft: float = Field(gt=0.0, description="a counted view whose signals weigh this much is flagged")
+
+    @model_validator(mode="after")
+    def _soft_below_reject(self) -> Score:
+        if self.soft > self.reject:
+            raise ValueError(f"soft ({self.soft}) must not be above reject ({self.reject})")
+        return self
 
 
 class Weights(_Section):
@@ -50,6 +57,9 @@ class Weights(_Section):
     watch_anomaly: Weight
     watch_ratio: Weight
     threshold_bunching: Weight
+    missing_agent: Weight
+    impossible_agent: Weight
+    agent_rotation: Weight
 
 
 class Thresholds(_Section):
@@ -62,12 +72,14 @@ class Thresholds(_Section):
     bunch_window_secs: float = Field(gt=0.0, le=600.0)
     bunch_min_views: int = Field(ge=1)
     bunch_min_share: float = Field(gt=0.0, le=1.0)
+    max_agents_per_address_hour: int = Field(ge=1)
 
 
 class Agents(_Section):
     scripted_pattern: str = Field(min_length=1)
+    impossible_pattern: str = Field(min_length=1)
 
-    @field_validator("scripted_pattern")
+    @field_validator("scripted_pattern", "impossible_pattern")
     @classmethod
     def _compiles(cls, value: str) -> str:
         try:

@@ -1,4 +1,4 @@
-"""Bot scoring: eight weighted signals, their thresholds, weights and ranges read from a rules file
+"""Bot scoring: eleven weighted signals, their thresholds, weights and ranges read from a rules file
 (`counting.botrules`), and the score that rejects. `BotFilter` is one version of the rules made
 ready for the hot paths; every layer uses the filter of its settings (`filter_for`)."""
 
@@ -36,6 +36,9 @@ BAD_TLS = "bad_ja3"
 WATCH_ANOMALY = "watch_anomaly"
 WATCH_RATIO = "watch_ratio"
 THRESHOLD_BUNCHING = "threshold_bunching"
+MISSING_AGENT = "missing_agent"
+IMPOSSIBLE_AGENT = "impossible_agent"
+AGENT_ROTATION = "agent_rotation"
 # The order of the signals: ties between equally heavy signals go to the first (the reason).
 REASONS: tuple[str, ...] = (
     SCRIPTED_AGENT,
@@ -46,9 +49,13 @@ REASONS: tuple[str, ...] = (
     WATCH_ANOMALY,
     WATCH_RATIO,
     THRESHOLD_BUNCHING,
+    MISSING_AGENT,
+    IMPOSSIBLE_AGENT,
+    AGENT_ROTATION,
 )
-# Bit i of a signal mask is signal i of MASK_ORDER. The first three are properties of the client
-# alone, the next one and WATCH_RATIO of the view alone; the others need windows.
+# Bit i of a signal mask is signal i of MASK_ORDER. Properties of the client alone: the agent's
+# (scripted, missing, impossible), the address's and the TLS fingerprint's; of the view alone: the
+# watch time's (anomaly, ratio); the others need windows (velocity, replays, bunching, rotation).
 MASK_ORDER: tuple[str, ...] = (
     SCRIPTED_AGENT,
     DATACENTER_IP,
@@ -58,6 +65,9 @@ MASK_ORDER: tuple[str, ...] = (
     REPLAY_RATE,
     WATCH_RATIO,
     THRESHOLD_BUNCHING,
+    MISSING_AGENT,
+    IMPOSSIBLE_AGENT,
+    AGENT_ROTATION,
 )
 BIT: dict[str, int] = {name: 1 << i for i, name in enumerate(MASK_ORDER)}
 _SCRIPTED_BIT = BIT[SCRIPTED_AGENT]
@@ -68,6 +78,9 @@ _VELOCITY_BIT = BIT[ADDRESS_VELOCITY]
 _REPLAY_BIT = BIT[REPLAY_RATE]
 _RATIO_BIT = BIT[WATCH_RATIO]
 _BUNCHING_BIT = BIT[THRESHOLD_BUNCHING]
+_MISSING_AGENT_BIT = BIT[MISSING_AGENT]
+_IMPOSSIBLE_AGENT_BIT = BIT[IMPOSSIBLE_AGENT]
+_ROTATION_BIT = BIT[AGENT_ROTATION]
 # Not a signal: the client's address is on the allow-list, so no address signal fires for it.
 ALLOWED_BIT = 1 << len(MASK_ORDER)
 _V4_MAPPED_PREFIX = int(ipaddress.IPv6Address("::ffff:0:0"))
@@ -146,11 +159,15 @@ class BotFilter:
         self.bunch_window_secs = thresholds.bunch_window_secs
         self.bunch_min_views = thresholds.bunch_min_views
         self.bunch_min_share = thresholds.bunch_min_share
+        self.max_agents_per_address_hour = thresholds.max_agents_per_address_hour
         self.near_threshold_below = MIN_WATCH_SECS + thresholds.bunch_window_secs
         self.reject_score = rules.score.reject
+        self.soft_score = rules.score.soft
         self.signals: dict[str, Signal] = {name: Signal(name, rules.weight(name)) for name in REASONS}
         self.scripted_pattern = rules.agents.scripted_pattern
         self._scripted = re.compile(self.scripted_pattern)
+        self.impossible_pattern = rules.agents.impossible_pattern
+        self._impossible = re.compile(self.impossible_pattern)
         self.datacenter = _Ranges(rules.addresses.datacenter)
         self.allowed = _Ranges(rules.addresses.allow)
         self.bad_ja3 = frozenset(rules.tls.bad_ja3)
@@ -171,9 +188,21 @@ class BotFilter:
         self.rejection_by_mask: tuple[str | None, ...] = tuple(
             self.rejection_reason(self.signals_of(mask)) for mask in range(1 << len(MASK_ORDER))
         )
+        # Whether a view of each mask is in the soft band (counted, flagged): `is_flagged` per mask.
+        self.flagged_by_mask: tuple[bool, ...] = tuple(
+            self.is_flagged(self.signals_of(mask)) for mask in range(1 << len(MASK_ORDER))
+        )
 
     def _is_scripted_agent(self, user_agent: str | None) -> bool:
         return user_agent is not None and self._scripted.search(user_agent) is not None
+
+    def is_missing_agent(self, user_agent: str | None) -> bool:
+        """No user agent, or a blank one."""
+        return user_agent is None or not user_agent.strip()
+
+    def is_impossible_agent(self, user_agent: str | None) -> bool:
+        """An agent no real client sends (the rules' `impossible_pattern`); a missing one is not."""
+        return not self.is_missing_agent(user_agent) and self._impossible.search(user_agent or "") is not None
 
     def _is_datacenter_ip(self, ip: str | None) -> bool:
         """In a data-centre range and not on the allow-list."""
@@ -209,12 +238,19 @@ class BotFilter:
         return duration_secs is None or watch_secs < duration_secs - self.bunch_window_secs
 
     def is_bunched(self, near_views: int, qualified_views: int) -> bool:
-        """Whether a video's day, with `near_views` of its `qualified_views` (views long enough to
-        count, first copies) stopping near the threshold, shows views gamed past it."""
+        """Whether a video's day, with `near_views` of its `qualified_views` stopping near the
+        threshold, shows views gamed past it. Both count first copies long enough to count that
+        their static signals alone (`is_static_reject`) do not reject: views refused anyway do not
+        dilute the share."""
         return near_views >= self.bunch_min_views and near_views >= self.bunch_min_share * qualified_views
 
-    def is_high_velocity(self, views_from_address_this_minute: int) -> bool:
-        return views_from_address_this_minute > self.max_views_per_address_minute
+    def is_high_velocity(self, views_from_address_last_minute: int) -> bool:
+        """More views from one address in the 60 seconds up to a view (`address_views`) than allowed."""
+        return views_from_address_last_minute > self.max_views_per_address_minute
+
+    def is_agent_rotation(self, agents_from_address_this_hour: int) -> bool:
+        """More distinct user agents from one address in one hour than allowed."""
+        return agents_from_address_this_hour > self.max_agents_per_address_hour
 
     def is_replay_loop(self, views_by_viewer_of_video_today: int) -> bool:
         return views_by_viewer_of_video_today > self.max_replays_per_day
@@ -223,8 +259,12 @@ class BotFilter:
         """The mask of the signals a client shows by itself (its agent, address and TLS
         fingerprint), with ALLOWED_BIT if its address is on the allow-list."""
         mask = 0
-        if self.is_scripted_agent(user_agent):
+        if self.is_missing_agent(user_agent):
+            mask |= _MISSING_AGENT_BIT
+        elif self.is_scripted_agent(user_agent):
             mask |= _SCRIPTED_BIT
+        if self.is_impossible_agent(user_agent):
+            mask |= _IMPOSSIBLE_AGENT_BIT
         if self.is_allowed_ip(ip):
             mask |= ALLOWED_BIT
         elif self.is_datacenter_ip(ip):
@@ -241,11 +281,13 @@ class BotFilter:
         address_minute_views: int,
         viewer_day_views: int,
         bunched: bool = False,
+        address_agents: int = 0,
     ) -> int:
         """The mask of every signal of a view, from its client's mask (`client_mask`), its watch
-        time and its windows (views from its address in its minute, views of its video by its
-        viewer in its day, and whether it stopped near the threshold on a bunched video day). An
-        allowed address never shows the velocity signal."""
+        time and its windows (views from its address in the 60 s up to it, views of its video by
+        its viewer in its day, whether it stopped near the threshold on a bunched video day, and
+        distinct agents from its address in its hour). An allowed address never shows the
+        velocity or the rotation signal."""
         mask = client & ~ALLOWED_BIT
         if self.is_watch_anomaly(watch_secs, duration_secs):
             mask |= _WATCH_BIT
@@ -253,11 +295,18 @@ class BotFilter:
             mask |= _RATIO_BIT
         if bunched:
             mask |= _BUNCHING_BIT
-        if not client & ALLOWED_BIT and self.is_high_velocity(address_minute_views):
-            mask |= _VELOCITY_BIT
+        if not client & ALLOWED_BIT:
+            if self.is_high_velocity(address_minute_views):
+                mask |= _VELOCITY_BIT
+            if self.is_agent_rotation(address_agents):
+                mask |= _ROTATION_BIT
         if self.is_replay_loop(viewer_day_views):
             mask |= _REPLAY_BIT
         return mask
+
+    def is_static_reject(self, client: int, watch_secs: float | None, duration_secs: float | None) -> bool:
+        """Whether a view's static signals (its client's and its watch time's) reject it alone."""
+        return self.rejection_by_mask[self.view_mask(client, watch_secs, duration_secs, 0, 0)] is not None
 
     def signals_of(self, mask: int) -> list[Signal]:
         """The signals of a mask, in MASK_ORDER."""
@@ -268,20 +317,43 @@ class BotFilter:
         return self.signals_for(event, 0, 0)
 
     def signals_for(
-        self, event: Event, address_minute_views: int, viewer_day_views: int, bunched: bool = False
+        self,
+        event: Event,
+        address_minute_views: int,
+        viewer_day_views: int,
+        bunched: bool = False,
+        address_agents: int = 0,
     ) -> list[Signal]:
-        """Every signal of a view, given its windows (views from its address in its minute, views
-        of its video by its viewer in its day, whether it is near the threshold on a bunched day)."""
+        """Every signal of a view, given its windows (views from its address in the 60 s up to it,
+        views of its video by its viewer in its day, whether it is near the threshold on a bunched
+        day, distinct agents from its address in its hour)."""
+        return self.signals_of(
+            self.mask_for(event, address_minute_views, viewer_day_views, bunched, address_agents)
+        )
+
+    def mask_for(
+        self,
+        event: Event,
+        address_minute_views: int,
+        viewer_day_views: int,
+        bunched: bool = False,
+        address_agents: int = 0,
+    ) -> int:
+        """The signal mask of a view, given its windows (as `signals_for`)."""
         client = self.client_mask(event.user_agent, event.ip, event.ja3)
-        mask = self.view_mask(
+        return self.view_mask(
             client,
             event.watch_secs,
             event.video_duration_secs,
             address_minute_views,
             viewer_day_views,
             bunched,
+            address_agents,
         )
-        return self.signals_of(mask)
+
+    def is_flagged(self, found: list[Signal]) -> bool:
+        """Whether a view with these signals is in the soft band: counted, but flagged."""
+        return self.soft_score <= score(found) < self.reject_score
 
     def rejection_reason(self, found: list[Signal]) -> str | None:
         """The reason recorded for a rejected view (its heaviest signal), or None if it is not rejected."""

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections import Counter
+from bisect import bisect_left, bisect_right
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from counting import rules
 from counting.bots import BotFilter, shipped
@@ -22,6 +24,7 @@ class VideoCounts:
     rejected: dict[str, int] = field(default_factory=dict)
     short_views: int = 0
     repeat_views: int = 0
+    flagged: int = 0  # counted views scored in the soft band (a subset of `views`)
 
 
 def dedup(events: Iterable[Event], cutoff: int | None = None) -> list[Event]:
@@ -49,26 +52,65 @@ def reactions(events: Iterable[Event]) -> dict[tuple[str, str], str]:
     return {pair: rules.reaction_state(e.type) for pair, e in latest.items()}
 
 
-def view_verdicts(events: list[Event], bot_filter: BotFilter | None = None) -> list[tuple[Event, str | None]]:
-    """Each deduplicated view with the reason it is not counted as a bot view (None: human). The
-    windows are whole: views per address and minute, per video, viewer and day, and the views
-    long enough to count per video and day (those stopping near the threshold among them)."""
+def address_windows(views: list[Event]) -> tuple[dict[str, int], dict[tuple[str, int], int]]:
+    """The two address windows of views: per view (by event id) the most views from its address in
+    any 60 s of event time that hold it (`rules.VELOCITY_WINDOW_MS`, ends included), and per
+    (address, hour) the distinct user agents seen (a missing agent is none)."""
+    times: dict[str, list[int]] = defaultdict(list)
+    agents: dict[tuple[str, int], set[str]] = defaultdict(set)
+    for e in views:
+        if e.ip is not None:
+            times[e.ip].append(e.ts)
+            if e.user_agent:
+                agents[(e.ip, rules.hour_of(e.ts))].add(e.user_agent)
+    busiest: dict[tuple[str, int], int] = {}
+    for ip, series in times.items():
+        series.sort()
+        # The busiest 60 s holding a view end at a view at or after it: count each view's 60 s up to it.
+        ending = [i + 1 - bisect_left(series, rules.velocity_window_start(ts)) for i, ts in enumerate(series)]
+        for ts in series:
+            last = bisect_right(series, ts + rules.VELOCITY_WINDOW_MS - 1)
+            busiest[(ip, ts)] = max(ending[bisect_left(series, ts) : last])
+    velocity = {e.event_id: busiest[(e.ip, e.ts)] for e in views if e.ip is not None}
+    return velocity, {key: len(seen) for key, seen in agents.items()}
+
+
+def view_masks(events: list[Event], bot_filter: BotFilter | None = None) -> list[tuple[Event, int]]:
+    """Each deduplicated view with its signal mask (`counting.bots.MASK_ORDER`). The windows are
+    whole: views per address in the busiest 60 s holding each view, distinct agents per address
+    and hour, views per video, viewer and day, and the views long enough to count per video and
+    day (those stopping near the threshold among them)."""
     bot_filter = bot_filter or shipped()
     views = [e for e in events if e.type == "view"]
-    per_address = Counter((e.ip, rules.minute_of(e.ts)) for e in views if e.ip is not None)
+    velocity, agents = address_windows(views)
     per_viewer = Counter((e.video_id, rules.viewer_of(e), rules.day_of(e.ts)) for e in views)
-    qualified = Counter((e.video_id, rules.day_of(e.ts)) for e in views if rules.is_qualified_view(e))
+    # Threshold bunching weighs the views long enough to count that no static signal rejects.
+    weighed = [
+        e
+        for e in views
+        if rules.is_qualified_view(e)
+        and not bot_filter.is_static_reject(
+            bot_filter.client_mask(e.user_agent, e.ip, e.ja3), e.watch_secs, e.video_duration_secs
+        )
+    ]
+    qualified = Counter((e.video_id, rules.day_of(e.ts)) for e in weighed)
     near = {e.event_id for e in views if bot_filter.is_near_threshold(e.watch_secs, e.video_duration_secs)}
-    near_per_day = Counter((e.video_id, rules.day_of(e.ts)) for e in views if e.event_id in near)
-    verdicts = []
+    near_per_day = Counter((e.video_id, rules.day_of(e.ts)) for e in weighed if e.event_id in near)
+    masks = []
     for e in views:
-        address_views = per_address[(e.ip, rules.minute_of(e.ts))] if e.ip is not None else 0
+        address_views = velocity.get(e.event_id, 0)
+        address_agents = agents.get((e.ip, rules.hour_of(e.ts)), 0) if e.ip is not None else 0
         viewer_views = per_viewer[(e.video_id, rules.viewer_of(e), rules.day_of(e.ts))]
         video_day = (e.video_id, rules.day_of(e.ts))
         bunched = e.event_id in near and bot_filter.is_bunched(near_per_day[video_day], qualified[video_day])
-        found = bot_filter.signals_for(e, address_views, viewer_views, bunched)
-        verdicts.append((e, bot_filter.rejection_reason(found)))
-    return verdicts
+        masks.append((e, bot_filter.mask_for(e, address_views, viewer_views, bunched, address_agents)))
+    return masks
+
+
+def view_verdicts(events: list[Event], bot_filter: BotFilter | None = None) -> list[tuple[Event, str | None]]:
+    """Each deduplicated view with the reason it is not counted as a bot view (None: human)."""
+    bot_filter = bot_filter or shipped()
+    return [(e, bot_filter.rejection_by_mask[mask]) for e, mask in view_masks(events, bot_filter)]
 
 
 COUNTED = "counted"
@@ -77,23 +119,44 @@ REPEAT = "repeat"
 REJECTED = "rejected"
 
 
+class Judged(NamedTuple):
+    """A deduplicated view's outcome, the reason of a rejection, its signal mask and whether it
+    is flagged (counted, with a score in the soft band)."""
+
+    event: Event
+    outcome: str
+    reason: str | None
+    mask: int
+    flagged: bool
+
+
+def judged_views(kept: list[Event], bot_filter: BotFilter | None = None) -> list[Judged]:
+    """Each deduplicated view (in first-copy order) judged: counted, short, repeat or rejected."""
+    bot_filter = bot_filter or shipped()
+    windows: set[tuple[str, str, int]] = set()
+    judged: list[Judged] = []
+    for event, mask in view_masks(kept, bot_filter):
+        reason = bot_filter.rejection_by_mask[mask]
+        if not rules.is_qualified_view(event):
+            judged.append(Judged(event, SHORT, None, mask, False))
+        elif reason is not None:
+            judged.append(Judged(event, REJECTED, reason, mask, False))
+        else:
+            window = (event.video_id, rules.viewer_of(event), rules.view_window_of(event.ts))
+            if window in windows:
+                judged.append(Judged(event, REPEAT, None, mask, False))
+            else:
+                judged.append(Judged(event, COUNTED, None, mask, bot_filter.flagged_by_mask[mask]))
+            windows.add(window)
+    return judged
+
+
 def view_outcomes(
     kept: list[Event], bot_filter: BotFilter | None = None
 ) -> list[tuple[Event, str, str | None]]:
     """Each deduplicated view (in first-copy order) with its outcome — counted, short, repeat or
     rejected — and the reason of a rejection."""
-    windows: set[tuple[str, str, int]] = set()
-    outcomes: list[tuple[Event, str, str | None]] = []
-    for event, reason in view_verdicts(kept, bot_filter):
-        if not rules.is_qualified_view(event):
-            outcomes.append((event, SHORT, None))
-        elif reason is not None:
-            outcomes.append((event, REJECTED, reason))
-        else:
-            window = (event.video_id, rules.viewer_of(event), rules.view_window_of(event.ts))
-            outcomes.append((event, REPEAT if window in windows else COUNTED, None))
-            windows.add(window)
-    return outcomes
+    return [(j.event, j.outcome, j.reason) for j in judged_views(kept, bot_filter)]
 
 
 def counted_views(
@@ -111,8 +174,9 @@ def count(
     kept = dedup(events, cutoff)
     result: dict[str, VideoCounts] = {}
     viewers: dict[str, set[str]] = {}
-    for event, outcome, reason in view_outcomes(kept, bot_filter):
+    for event, outcome, reason, _, flagged in judged_views(kept, bot_filter):
         counts = result.setdefault(event.video_id, VideoCounts())
+        counts.flagged += flagged
         if outcome == SHORT:
             counts.short_views += 1
         elif outcome == REJECTED and reason is not None:

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from counting.event import Event
 
-RULES_VERSION = "2026.11.1"
+RULES_VERSION = "2026.11.2"
 
 MIN_WATCH_SECS = 30.0
 VIEW_WINDOW_MS = 30 * 60_000
 MINUTE_MS = 60_000
+HOUR_MS = 3_600_000
+# Address velocity counts the views from an address in the 60 s of event time up to each view:
+# those with ts in [ts - VELOCITY_WINDOW_MS + 1, ts], ties included.
+VELOCITY_WINDOW_MS = 60_000
 DAY_MS = 24 * 3_600_000
 PRESENCE_MS = 60_000
 ANON_VIEWER_PREFIX = "anon:"
@@ -42,6 +46,15 @@ def view_window_of(ts: int) -> int:
 
 def minute_of(ts: int) -> int:
     return ts // MINUTE_MS
+
+
+def hour_of(ts: int) -> int:
+    return ts // HOUR_MS
+
+
+def velocity_window_start(ts: int) -> int:
+    """The earliest event time in the velocity window of a view at `ts`."""
+    return ts - VELOCITY_WINDOW_MS + 1
 
 
 def day_of(ts: int) -> int:

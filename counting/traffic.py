@@ -28,7 +28,15 @@ DATACENTER = "datacenter"
 VELOCITY = "velocity"
 REPLAY_LOOP = "replay_loop"
 THRESHOLD_GAMER = "threshold_gamer"
-BOT_KINDS: tuple[str, ...] = (HEADLESS_FARM, DATACENTER, VELOCITY, REPLAY_LOOP, THRESHOLD_GAMER)
+AGENT_ROTATION = "agent_rotation"
+BOT_KINDS: tuple[str, ...] = (
+    HEADLESS_FARM,
+    DATACENTER,
+    VELOCITY,
+    REPLAY_LOOP,
+    THRESHOLD_GAMER,
+    AGENT_ROTATION,
+)
 LABELS: tuple[str, ...] = (HUMAN, *BOT_KINDS)
 
 DEFAULT_START_MS = 1_780_272_000_000  # 2026-06-01T00:00:00Z
@@ -54,12 +62,14 @@ def _bot_views(kind: str) -> tuple[int, int]:
     """Views per bot session of a kind (the window kinds trip the shipped rules' limits)."""
     rules_in_use = bots.shipped()
     velocity, replays = rules_in_use.max_views_per_address_minute, rules_in_use.max_replays_per_day
+    agents = rules_in_use.max_agents_per_address_hour
     return {
         HEADLESS_FARM: (5, 20),
         DATACENTER: (5, 20),
         VELOCITY: (2 * velocity, 4 * velocity),
         REPLAY_LOOP: (replays + 2, 3 * replays),
         THRESHOLD_GAMER: (10, 30),
+        AGENT_ROTATION: (agents + 4, 3 * agents),
     }[kind]
 
 
@@ -69,6 +79,12 @@ _GAMED_VIDEOS = 3
 _GAMED_MIN_DURATION_SECS = 600.0
 _STATIC_BOTS = frozenset({HEADLESS_FARM, DATACENTER})  # their signal needs no window
 _BURST_MAX_MS = 60_000  # the longest a velocity or replay-loop burst takes to send
+# Agent rotation: one home-like address, a new browser agent and anonymous session each view, all in
+# one clock hour. At least 3 s apart, no 60 s holds more than 21 of its views (the velocity limit
+# is 30): only the rotation signal catches it. At most 6 s apart, a session (at most 24 views) lasts
+# under 2.5 minutes and fits many times in the short runs of the tests and the quick benchmark.
+_ROTATION_GAP_MS = (3_000, 6_000)
+_IMPOSSIBLE_SHARE = 3  # one headless-farm session in this many sends an impossible agent
 _BOT_WARMUP_MS = 5 * 60_000
 _BOT_MIN_DURATION_SECS = 40.0
 _BOT_MAX_WATCH_SECS = 300.0
@@ -108,6 +124,57 @@ BROWSERS: tuple[tuple[str, str], ...] = (
         "SamsungBrowser/5.0 Chrome/94.0.4606.31 TV Safari/537.36",
         _CHROME_JA3,
     ),
+)
+
+
+def _rotation_agents() -> tuple[tuple[str, str], ...]:
+    """Real browsers of the last few years on real platforms (Chrome, Edge, Firefox, Safari on
+    desktops and phones), with their TLS fingerprints: none is scripted or impossible."""
+    webkit = "AppleWebKit/537.36 (KHTML, like Gecko)"
+    safari = "AppleWebKit/605.1.15 (KHTML, like Gecko)"
+    desktops = ("Windows NT 10.0; Win64; x64", "Macintosh; Intel Mac OS X 10_15_7", "X11; Linux x86_64")
+    geckos = ("Windows NT 10.0; Win64; x64", "Macintosh; Intel Mac OS X 14.4", "X11; Ubuntu; Linux x86_64")
+    agents = [
+        (f"Mozilla/5.0 ({os}) {webkit} Chrome/{v}.0.0.0 Safari/537.36", _CHROME_JA3)
+        for os in desktops
+        for v in range(110, 132)
+    ]
+    edges = [(v, f"Edg/{v}.0.{2300 + v}.{v}") for v in range(110, 132)]
+    agents += [
+        (f"Mozilla/5.0 ({desktops[0]}) {webkit} Chrome/{v}.0.0.0 Safari/537.36 {edge}", _CHROME_JA3)
+        for v, edge in edges
+    ]
+    agents += [
+        (f"Mozilla/5.0 (Linux; Android {a}; K) {webkit} Chrome/{v}.0.0.0 Mobile Safari/537.36", _CHROME_JA3)
+        for a in (12, 13, 14)
+        for v in range(118, 132)
+    ]
+    agents += [
+        (f"Mozilla/5.0 ({os}; rv:{v}.0) Gecko/20100101 Firefox/{v}.0", _FIREFOX_JA3)
+        for os in geckos
+        for v in range(110, 134)
+    ]
+    for major in (15, 16, 17):
+        for minor in range(7):
+            version = f"Version/{major}.{minor}"
+            mac = f"Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) {safari} {version} Safari/605.1.15"
+            phone = f"Mozilla/5.0 (iPhone; CPU iPhone OS {major}_{minor} like Mac OS X) {safari} {version}"
+            agents += [(mac, _SAFARI_JA3), (f"{phone} Mobile/15E148 Safari/604.1", _SAFARI_JA3)]
+    return tuple(agents)
+
+
+# What bots that rotate their agent send (one agent of these each view).
+ROTATION_AGENTS: tuple[tuple[str, str], ...] = _rotation_agents()
+# Agents no real client sends (a browser version years ahead, a Windows that does not exist, an
+# iPhone on Windows): what some headless farms send instead of a headless agent.
+IMPOSSIBLE_AGENTS: tuple[str, ...] = (
+    "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/312.0.0.0 "
+    "Safari/537.36",
+    "Mozilla/5.0 (Windows NT 11.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 "
+    "Safari/537.36",
+    "Mozilla/5.0 (Windows NT 10.0; Win64; x64; rv:240.0) Gecko/20100101 Firefox/240.0",
+    "Mozilla/5.0 (iPhone; CPU iPhone OS 17_4 like Mac OS X; Windows NT 10.0) AppleWebKit/605.1.15 "
+    "(KHTML, like Gecko) Version/17.4 Mobile/15E148 Safari/604.1",
 )
 HEADLESS_AGENTS: tuple[str, ...] = (
     "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) HeadlessChrome/124.0.0.0 "
@@ -249,16 +316,22 @@ class _Traffic:
         self.video_ids = [row.video_id for row in self.catalog.rows]
         long_videos = [i for i, d in enumerate(self.durations) if d >= _BOT_MIN_DURATION_SECS]
         self.bot_videos = long_videos or list(range(len(self.durations)))
-        longest = [
-            i for i, d in enumerate(self.durations) if d >= _GAMED_MIN_DURATION_SECS
-        ] or self.bot_videos
-        self.gamed_videos = longest[-_GAMED_VIDEOS:]  # the least popular of them (Zipf rank order)
+        # The least popular long videos (Zipf rank order), never one of the popular half: there the
+        # humans' views would outnumber the gamed ones and hide the bunching.
+        quiet = range(len(self.durations) // 2, len(self.durations))
+        longest = (
+            [i for i in quiet if self.durations[i] >= _GAMED_MIN_DURATION_SECS]
+            or [i for i in quiet if self.durations[i] >= _BOT_MIN_DURATION_SECS]
+            or self.bot_videos
+        )
+        self.gamed_videos = longest[-_GAMED_VIDEOS:]
         self.beat_ms = int(config.heartbeat_secs * 1000)
         self.rng = random.Random(f"tally-traffic-{config.seed}")
         self.heap: list[tuple[int, int, tuple[Any, ...]]] = []
         self.seq = self.made = self.sessions = self.bot_sessions = 0
         self.history: dict[int, list[int]] = {}
         self.address_minute: dict[tuple[str, int], int] = {}
+        self.address_agents: dict[tuple[str, int], set[str]] = {}
         self.viewer_day: dict[tuple[int, str, int], int] = {}
 
     def _push(self, send: int, item: tuple[Any, ...]) -> None:
@@ -362,13 +435,29 @@ class _Traffic:
         elif draw < _LIKE + _DISLIKE + _STRAY_UNLIKE:
             self._human(session, "unlike", video, at)  # a stale page un-likes a video never liked
 
-    def _plan_bot(self, kind: str, t0: int) -> list[tuple[int, tuple[Any, ...]]]:
-        """One bot session of `kind`: views with watch_secs >= 30 that trip its signal."""
+    def _rotation_times(self, t0: int) -> list[int]:
+        """When the views of an agent-rotation session arriving at `t0` happen: a few seconds apart,
+        moved into the next clock hour if they would straddle one (they must share an hour)."""
+        rng, start = self.rng, self.config.start_ms
+        times = [t0]
+        for _ in range(rng.randint(*_bot_views(AGENT_ROTATION)) - 1):
+            times.append(times[-1] + rng.randint(*_ROTATION_GAP_MS))
+        last_hour = rules.hour_of(start + times[-1])
+        if rules.hour_of(start + t0) != last_hour:
+            move = last_hour * rules.HOUR_MS + 1_000 - (start + t0)
+            times = [t + move for t in times]
+        return times
+
+    def _plan_bot(
+        self, kind: str, t0: int, times: list[int] | None = None
+    ) -> list[tuple[int, tuple[Any, ...]]]:
+        """One bot session of `kind` (at `times` if given): views with watch_secs >= 30 that trip its
+        signal."""
         rng, config = self.rng, self.config
         self.bot_sessions += 1
         n = self.bot_sessions
         h = _mix(config.seed, n, 0xB07)
-        count = rng.randint(*_bot_views(kind))
+        count = len(times) if times else rng.randint(*_bot_views(kind))
         agent, ja3 = BROWSERS[h % len(BROWSERS)]
         ips = [_ipv4(_BOT_V4, h >> 8)]
         user: str | None = None
@@ -377,7 +466,7 @@ class _Traffic:
             into = (config.start_ms + t0) % rules.MINUTE_MS
             begin = t0 if into < rules.MINUTE_MS - 25_000 else t0 + rules.MINUTE_MS - into + 500
             times = sorted(begin + rng.randrange(0, 20_000) for _ in range(count))
-        else:
+        elif times is None:
             gap = (800, 1_500) if kind == REPLAY_LOOP else (3_000, 15_000)
             times = [t0]
             for _ in range(count - 1):
@@ -392,30 +481,36 @@ class _Traffic:
         elif kind == THRESHOLD_GAMER:
             video = rng.choice(self.gamed_videos)
             ips = [_ipv4(_BOT_V4, _mix(config.seed, n, 0x6A + i)) for i in range(count)]
-        elif kind == HEADLESS_FARM:
-            agent = HEADLESS_AGENTS[h % len(HEADLESS_AGENTS)]
+        elif kind == HEADLESS_FARM:  # some farms send an impossible agent instead of a headless one
+            impossible = (h >> 40) % _IMPOSSIBLE_SHARE == 0
+            agents = IMPOSSIBLE_AGENTS if impossible else HEADLESS_AGENTS
+            agent = agents[h % len(agents)]
         elif kind == DATACENTER:
             ips, ja3 = (
                 [_datacenter_address(h >> 4)],
                 sorted(bots.SHIPPED.bad_ja3)[h % len(bots.SHIPPED.bad_ja3)],
             )
+        clients, shortest = [(agent, ja3)], rules.MIN_WATCH_SECS
+        if kind == AGENT_ROTATION:  # a new agent each view, watched past the bunching window
+            clients = rng.sample(ROTATION_AGENTS, min(count, len(ROTATION_AGENTS)))
+            shortest = bots.SHIPPED.near_threshold_below
         session, out = f"b{config.seed}-{n}", []
         for i, t in enumerate(times):
-            if kind in _STATIC_BOTS:
+            if kind in _STATIC_BOTS or kind == AGENT_ROTATION:
                 video = rng.choice(self.bot_videos)
-            longest = max(rules.MIN_WATCH_SECS, min(self.durations[video], _BOT_MAX_WATCH_SECS))
-            watch = round(rng.uniform(rules.MIN_WATCH_SECS, longest), 1)
+            longest = max(shortest, min(self.durations[video], _BOT_MAX_WATCH_SECS))
+            watch = round(rng.uniform(shortest, longest), 1)
             if kind == THRESHOLD_GAMER:  # a fresh account each view, stopped just past 30 s
                 user, watch = f"g{config.seed}x{n}-{i}", round(rng.uniform(rules.MIN_WATCH_SECS, 30.9), 1)
             own_session = session if user and kind != THRESHOLD_GAMER else f"{session}-{i}"
-            ctx: _Ctx = (user, own_session, ips[i % len(ips)], agent, ja3)
+            ctx: _Ctx = (user, own_session, ips[i % len(ips)], *clients[i % len(clients)])
             out.append((t + self._net(), ("e", "view", video, config.start_ms + t, watch, ctx, kind)))
         return out
 
     def _event(self, plan: tuple[Any, ...]) -> dict[str, Any] | None:
         """The event dict of a plan, or None for a human view that would look like a bot."""
         _, kind, video, ts, watch, (user, session, ip, agent, ja3), label = plan
-        if kind == "view" and label == HUMAN and not self._human_view_ok(video, ts, user, session, ip):
+        if kind == "view" and label == HUMAN and not self._human_view_ok(video, ts, user, session, ip, agent):
             return None
         self.made += 1
         event: dict[str, Any] = {
@@ -433,28 +528,43 @@ class _Traffic:
                 event["video_duration_secs"] = self.durations[video]
         return event
 
-    def _human_view_ok(self, video: int, ts: int, user: str | None, session: str, ip: str) -> bool:
-        """Keep humans within the velocity and replay limits (a shared home can get close)."""
-        address = (ip, rules.minute_of(ts))
+    def _human_view_ok(
+        self, video: int, ts: int, user: str | None, session: str, ip: str, agent: str
+    ) -> bool:
+        """Keep humans within the velocity, replay and rotation limits (a shared home can get close).
+
+        Velocity slides: every 60 s holding a view lies in its minute and the two beside it, so a
+        view is kept only while the views kept from its address in those three minutes are fewer
+        than the limit; then no 60 s of an address ever holds more than the limit, whatever the
+        order the views are made in (the last one made in any 60 s saw all the others)."""
+        limits, minute = bots.SHIPPED, rules.minute_of(ts)
+        around = sum(self.address_minute.get((ip, m), 0) for m in (minute - 1, minute, minute + 1))
+        if around >= limits.max_views_per_address_minute:
+            return False
         viewer = (video, user if user is not None else f"anon:{session}", rules.day_of(ts))
-        if self.address_minute.get(address, 0) >= bots.SHIPPED.max_views_per_address_minute:
+        if self.viewer_day.get(viewer, 0) >= limits.max_replays_per_day:
             return False
-        if self.viewer_day.get(viewer, 0) >= bots.SHIPPED.max_replays_per_day:
+        agents = self.address_agents.setdefault((ip, rules.hour_of(ts)), set())
+        if agent not in agents and len(agents) >= limits.max_agents_per_address_hour:
             return False
-        self.address_minute[address] = self.address_minute.get(address, 0) + 1
+        self.address_minute[(ip, minute)] = self.address_minute.get((ip, minute), 0) + 1
         self.viewer_day[viewer] = self.viewer_day.get(viewer, 0) + 1
+        agents.add(agent)
         return True
 
     def _start_bot(self, kinds: tuple[str, ...], t0: int, horizon: float) -> int:
         """A bot session (its event count); a burst that would be cut by the start or the end of the
-        traffic becomes a static bot (whose signal holds for any part of it)."""
+        traffic becomes a static bot (whose signal holds for any part of it). An agent-rotation
+        session, minutes long, is timed first and must end before the horizon."""
         kind = kinds[self.rng.randrange(len(kinds))]
-        if kind not in _STATIC_BOTS and not 0 <= t0 <= horizon - _BURST_MAX_MS:
+        times = self._rotation_times(t0) if kind == AGENT_ROTATION else None
+        last = times[-1] if times else t0 + _BURST_MAX_MS
+        if kind not in _STATIC_BOTS and not 0 <= t0 <= last <= horizon:
             static = [k for k in kinds if k in _STATIC_BOTS]
             if not static:
                 return 1
-            kind = static[self.rng.randrange(len(static))]
-        plans = self._plan_bot(kind, t0)
+            kind, times = static[self.rng.randrange(len(static))], None
+        plans = self._plan_bot(kind, t0, times)
         for send, plan in plans:
             if send >= 0:
                 self._push(send, plan)

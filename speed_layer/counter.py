@@ -247,6 +247,7 @@ class _PlanBuilder:
             self._rejected_field,
         )
         is_near, is_bunched = bot_filter.is_near_threshold, bot_filter.is_bunched
+        is_static_reject = bot_filter.is_static_reject
         observe_qualified = windows.observe_qualified
         stamped, stamp, short_mark, reaction_mark = -1, "", "", ""
         for event in events:
@@ -276,19 +277,26 @@ class _PlanBuilder:
                 viewer = rules.viewer_of(event)
                 first_copy = event_id not in video.seen
                 video.seen.add(event_id)
-                address_views, viewer_views = observe(event.ip, ts, video_id, viewer, first_copy)
+                address_views, viewer_views, address_agents = observe(
+                    event.ip, ts, video_id, viewer, first_copy, event.user_agent
+                )
                 if not rules.is_qualified_view(event):
                     ops.extend((_SHORT, offset, m, event_id, b, short_mark))
                     continue
                 near = is_near(event.watch_secs, event.video_duration_secs)
-                near_views, qualified_views = observe_qualified(ts, video_id, near, first_copy)
+                client = client_mask(event.user_agent, event.ip, event.ja3)
+                weighed = first_copy and not is_static_reject(
+                    client, event.watch_secs, event.video_duration_secs
+                )
+                near_views, qualified_views = observe_qualified(ts, video_id, near, weighed)
                 mask = view_mask(
-                    client_mask(event.user_agent, event.ip, event.ja3),
+                    client,
                     event.watch_secs,
                     event.video_duration_secs,
                     address_views,
                     viewer_views,
                     near and is_bunched(near_views, qualified_views),
+                    address_agents,
                 )
                 if mask and (reason := rejected_field[mask]) is not None:
                     ops.extend((_REJECT, offset, m, event_id, b, f"{stamp}|{reason}", reason))

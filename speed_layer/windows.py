@@ -1,35 +1,40 @@
-"""The bot windows as the speed layer sees them fill: views per address per minute, views per
-(video, viewer, day), and views long enough to count per (video, day) with those stopping near the
-threshold, counted in worker memory (approximate; the batch layer is exact)."""
+"""The bot windows as the speed layer sees them fill: views per address in the 60 s up to a view,
+distinct agents per address and hour, views per (video, viewer, day), and views long enough to
+count per (video, day) with those stopping near the threshold, counted in worker memory
+(approximate; the batch layer is exact)."""
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right, insort
 from typing import Generic, TypeVar
 
 from counting import rules
 from counting.event import Event
 
-# How many minutes / days behind the newest one are still counted; a view of an older window
-# counts as the first of its window (the batch layer, which sees whole windows, corrects it).
+# How many minutes / hours / days behind the newest one are still counted; a view of an older
+# window counts as the first of its window (the batch layer, which sees whole windows, corrects it).
 KEEP_MINUTES = 5
+KEEP_HOURS = 1
 KEEP_DAYS = 2
 _MINUTE_MS = rules.MINUTE_MS
+_HOUR_MS = rules.HOUR_MS
 _DAY_MS = rules.DAY_MS
+_SPAN_MS = rules.VELOCITY_WINDOW_MS - 1
 _NEAR = "\x1fnear"
 
-K = TypeVar("K")
+V = TypeVar("V")
 
 
-class _Windows(Generic[K]):
-    """Counters of the newest `keep` + 1 windows; older ones are dropped as newer ones open."""
+class _Windows(Generic[V]):
+    """Values by key of the newest `keep` + 1 windows; older ones are dropped as newer ones open."""
 
     def __init__(self, keep: int) -> None:
         self._keep = keep
         self._newest: int | None = None
-        self.counts: dict[int, dict[K, int]] = {}
+        self.counts: dict[int, dict[str, V]] = {}
 
-    def open(self, window: int) -> dict[K, int] | None:
-        """The counters of `window`, made when it is new; None for a window older than those kept."""
+    def open(self, window: int) -> dict[str, V] | None:
+        """The values of `window`, made when it is new; None for a window older than those kept."""
         counter = self.counts.get(window)
         if counter is None:
             if self._newest is not None and window < self._newest - self._keep:
@@ -41,59 +46,96 @@ class _Windows(Generic[K]):
                     del self.counts[old]
         return counter
 
-    def add(self, window: int, key: K, step: int) -> int:
-        """Add `step` to `key` in `window`; return the key's count there (at least 1)."""
-        counter = self.counts.get(window) or self.open(window)
-        if counter is None:
-            return 1
-        value = counter.get(key, 0) + step
-        counter[key] = value
-        return value if value > 1 else 1
-
 
 class ViewWindows:
     """Running window counts of the views one worker has seen (every view, counted or not)."""
 
     def __init__(self) -> None:
-        self._address: _Windows[str] = _Windows(KEEP_MINUTES)
+        # Per minute, the times of the views from each address (sorted): the 60 s up to a view lie
+        # in its minute and the one before.
+        self._address: _Windows[list[int]] = _Windows(KEEP_MINUTES)
+        # Per hour, each address's agent, or the set of them once it has shown two.
+        self._agents: _Windows[str | set[str]] = _Windows(KEEP_HOURS)
         # Keyed by one string (video, separator, viewer) rather than a tuple: a dict of strings and
         # integers is not tracked by the cyclic garbage collector, so its millions of entries cost
         # no scan time.
-        self._viewer: _Windows[str] = _Windows(KEEP_DAYS)
+        self._viewer: _Windows[int] = _Windows(KEEP_DAYS)
         # Per video and day: its views long enough to count, and its `NEAR` key those near the threshold.
-        self._video_day: _Windows[str] = _Windows(KEEP_DAYS)
+        self._video_day: _Windows[int] = _Windows(KEEP_DAYS)
 
-    def observe(self, event: Event, count: bool = True) -> tuple[int, int]:
+    def observe(self, event: Event, count: bool = True) -> tuple[int, int, int]:
         """Count a view (unless `count` is false: a copy already counted); return (views from its
-        address in its minute, views of its video by its viewer in its day), this one included:
-        the inputs of `counting.bots.signals`."""
-        return self.observe_view(event.ip, event.ts, event.video_id, rules.viewer_of(event), count)
+        address in the 60 s up to it, views of its video by its viewer in its day, distinct agents
+        from its address in its hour), this one included: the window inputs of
+        `BotFilter.view_mask`."""
+        return self.observe_view(
+            event.ip, event.ts, event.video_id, rules.viewer_of(event), count, event.user_agent
+        )
 
     def observe_view(
-        self, ip: str | None, ts: int, video_id: str, viewer: str, count: bool = True
-    ) -> tuple[int, int]:
+        self,
+        ip: str | None,
+        ts: int,
+        video_id: str,
+        viewer: str,
+        count: bool = True,
+        agent: str | None = None,
+    ) -> tuple[int, int, int]:
         """`observe` from the fields it needs (the counter's hot path has them at hand)."""
-        # Both windows' `add`, inlined: this runs once per view on the counter's hot path.
-        step = 1 if count else 0
-        address_views = 0
+        address_views = address_agents = 0
         if ip is not None:
-            minute = ts // _MINUTE_MS
-            counter = self._address.counts.get(minute) or self._address.open(minute)
-            if counter is None:
-                address_views = 1
-            else:
-                address_views = counter.get(ip, 0) + step
-                counter[ip] = address_views
-                if address_views < 1:
-                    address_views = 1
+            address_views = self._address_views(ip, ts, count)
+            address_agents = self._address_agents(ip, ts, agent, count)
+        step = 1 if count else 0
         day = ts // _DAY_MS
         by_viewer = self._viewer.counts.get(day) or self._viewer.open(day)
         if by_viewer is None:
-            return address_views, 1
+            return address_views, 1, address_agents
         key = f"{video_id}\x1f{viewer}"
         viewer_views = by_viewer.get(key, 0) + step
         by_viewer[key] = viewer_views
-        return address_views, viewer_views if viewer_views > 1 else 1
+        return address_views, viewer_views if viewer_views > 1 else 1, address_agents
+
+    def _address_views(self, ip: str, ts: int, count: bool) -> int:
+        """The views from `ip` seen with times in the 60 s up to `ts` (at least 1: this one)."""
+        minute = ts // _MINUTE_MS
+        windows = self._address.counts
+        by_address = windows.get(minute) or self._address.open(minute)
+        if by_address is None:
+            return 1
+        times = by_address.get(ip)
+        if times is None:
+            times = by_address[ip] = []
+        if count:
+            insort(times, ts)
+        seen = bisect_right(times, ts)
+        before = windows.get(minute - 1)
+        if before is not None and (earlier := before.get(ip)) is not None:
+            seen += len(earlier) - bisect_left(earlier, ts - _SPAN_MS)
+        return seen if seen > 1 else 1
+
+    def _address_agents(self, ip: str, ts: int, agent: str | None, count: bool) -> int:
+        """The distinct agents from `ip` seen in the hour of `ts` (a missing or empty agent is none)."""
+        hour = ts // _HOUR_MS
+        by_address = self._agents.counts.get(hour) or self._agents.open(hour)
+        if by_address is None:
+            return 1 if agent else 0
+        seen = by_address.get(ip)
+        if seen is None:
+            if agent and count:
+                by_address[ip] = agent
+            return 1 if agent else 0
+        if isinstance(seen, str):
+            if not agent or agent == seen:
+                return 1
+            if count:
+                by_address[ip] = {seen, agent}
+            return 2
+        if agent and agent not in seen:
+            if not count:
+                return len(seen) + 1
+            seen.add(agent)
+        return len(seen)
 
     def observe_qualified(self, ts: int, video_id: str, near: bool, count: bool = True) -> tuple[int, int]:
         """Count a view long enough to count (unless `count` is false: a copy already counted), and
@@ -115,6 +157,6 @@ class ViewWindows:
     def __len__(self) -> int:
         return sum(
             len(c)
-            for windows in (self._address, self._viewer, self._video_day)
+            for windows in (self._address, self._agents, self._viewer, self._video_day)
             for c in windows.counts.values()
         )

@@ -27,6 +27,7 @@ class DayCounts:
 
     views: dict[str, int]
     rejected: dict[str, dict[str, int]]
+    flagged: int = 0  # counted views in the soft band
 
     def total_views(self) -> int:
         return sum(self.views.values())
@@ -79,6 +80,7 @@ class RulesCheck:
             return "\n".join(lines)
         before, after = self.before.total_views(), self.after.total_views()
         lines.append(f"  views counted: {before:,} -> {after:,} ({after - before:+,})")
+        lines.append(f"  of them flagged: {self.before.flagged:,} -> {self.after.flagged:,}")
         reasons = sorted(set(self.before.rejected_by_reason()) | set(self.after.rejected_by_reason()))
         old, new = self.before.rejected_by_reason(), self.after.rejected_by_reason()
         for reason in reasons:
@@ -158,12 +160,14 @@ def _count_day(events: list[Event], day: date, bot_filter: BotFilter) -> DayCoun
     low = day_of_date(day) * rules.DAY_MS
     views: dict[str, int] = {}
     rejected: dict[str, dict[str, int]] = {}
-    for event, outcome, reason in oracle.view_outcomes(oracle.dedup(events), bot_filter):
+    flagged = 0
+    for event, outcome, reason, _, is_flagged in oracle.judged_views(oracle.dedup(events), bot_filter):
         if not low <= event.ts < low + rules.DAY_MS:
             continue
         if outcome == oracle.COUNTED:
             views[event.video_id] = views.get(event.video_id, 0) + 1
+            flagged += is_flagged
         elif outcome == oracle.REJECTED and reason is not None:
             of_video = rejected.setdefault(event.video_id, {})
             of_video[reason] = of_video.get(reason, 0) + 1
-    return DayCounts(views, rejected)
+    return DayCounts(views, rejected, flagged)

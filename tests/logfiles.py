@@ -72,6 +72,7 @@ def oracle_rows(
             unique_viewers=c.unique_viewers,
             short_views=c.short_views,
             repeat_views=c.repeat_views,
+            flagged=c.flagged,
             rejected=c.rejected,
         )
         for video, c in oracle.count(events, cutoff, bot_filter).items()

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
+
 from counting.botrules import DEFAULT_RULES_FILE
 from counting.event import Event
 from counting.traffic import BROWSERS
@@ -130,4 +132,55 @@ def threshold_gamed_views(day_start_ms: int) -> list[Event]:
     add("vid-share-out", [30.3] * 10, 600.0)
     add("vid-short", [30.5] * 20, 30.5)
     add("vid-late", [31.0] * 12, 1_200.0)
+    return sorted(events, key=lambda e: e.ingest_ts or 0)
+
+
+# A Chrome that does not exist (the shipped rules refuse Chrome 150 and later).
+IMPOSSIBLE_AGENT = (
+    "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
+    "Chrome/312.0.0.0 Safari/537.36"
+)
+
+
+def agent_and_velocity_views(hour_start_ms: int) -> list[Event]:
+    """An hour (event time from `hour_start_ms`, an hour's start) of views around the shipped
+    rules' address and agent signals (30 views in 60 s, 8 agents an hour):
+
+    - vid-edge: 60 views from one address in 6 s across a minute's edge, 30 in each minute: fixed
+      minutes would count them all, the sliding 60 s refuse them all;
+    - vid-slide: 31 views 1.9 s apart (over the limit within 60 s: all refused), and from another
+      address 31 views 2 s apart (30 in any 60 s: all counted);
+    - vid-agents: from one address 8 agents (counted), from another 9 (all refused), and from a
+      third 9 agents of which one is blank and one missing (7 agents: counted);
+    - vid-missing: 4 views without an agent (counted: 0.5), 3 of them with a bad TLS fingerprint too
+      (0.5 + 0.6: refused);
+    - vid-impossible: 3 views with an agent of a Chrome that does not exist (refused).
+    The views are in ingestion order.
+    """
+    events: list[Event] = []
+    n = 0
+    edge = hour_start_ms + 20 * 60_000
+
+    def add(video: str, ts: int, ip: str, agent: str | None = BROWSER, ja3: str = BROWSER_JA3) -> None:
+        nonlocal n
+        n += 1
+        view = msgspec.structs.replace(_view(n, video, ts, ip, ja3), event_id=f"av-{n}", user_agent=agent)
+        events.append(view)
+
+    for i in range(60):
+        add("vid-edge", edge - 3_000 + i * 100, "73.50.1.1")
+    for i in range(31):
+        add("vid-slide", edge + 120_000 + i * 1_900, "73.50.1.2")
+        add("vid-slide", edge + 120_000 + i * 2_000, "73.50.1.3")
+    for count, ip in ((8, "73.50.2.1"), (9, "73.50.2.2")):
+        for i in range(count):
+            add("vid-agents", hour_start_ms + i * 300_000, ip, f"{BROWSER} Build/{i}")
+    for i, agent in enumerate([f"{BROWSER} Build/{i}" for i in range(7)] + ["", None]):
+        add("vid-agents", hour_start_ms + i * 300_000 + 7, "73.50.2.3", agent)
+    for i in range(4):
+        add(
+            "vid-missing", hour_start_ms + i * 60_000, f"73.50.3.{i + 1}", None, BAD_JA3 if i else BROWSER_JA3
+        )
+    for i in range(3):
+        add("vid-impossible", hour_start_ms + i * 60_000, f"73.50.4.{i + 1}", IMPOSSIBLE_AGENT)
     return sorted(events, key=lambda e: e.ingest_ts or 0)

@@ -26,6 +26,7 @@ COUNT_COLUMNS: tuple[str, ...] = (
     "unique_viewers",
     "short_views",
     "repeat_views",
+    "flagged",
 )
 REJECTED_COLUMNS: tuple[str, ...] = tuple(f"rejected_{r}" for r in REASONS)
 
@@ -41,6 +42,7 @@ class BaselineRow:
     unique_viewers: int = 0
     short_views: int = 0
     repeat_views: int = 0
+    flagged: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
 
 
@@ -125,12 +127,13 @@ def current_baseline(baselines_dir: Path) -> Baseline | None:
     table = pq.read_table(baselines_dir / str(pointer["path"]))
     rows: dict[str, BaselineRow] = {}
     for item in table.to_pylist():
-        # A baseline of an earlier version has no column for a reason added since: none rejected.
+        # A baseline of an earlier version has no column for a reason or a count added since
+        # (`flagged`): none rejected for it, none flagged.
         rejected = {r: int(item[f"rejected_{r}"]) for r in REASONS if item.get(f"rejected_{r}")}
         rows[item["video_id"]] = BaselineRow(
             video_id=item["video_id"],
             rejected=rejected,
-            **{c: int(item[c]) for c in COUNT_COLUMNS},
+            **{c: int(item.get(c) or 0) for c in COUNT_COLUMNS},
         )
     return Baseline(
         run_id=str(pointer["run_id"]),

@@ -48,7 +48,7 @@ views as (
         watch_secs,
         video_duration_secs,
         coalesce(user_id, {{ anon_prefix }} || session_id) as viewer,
-        ts // {{ minute_ms }} as minute,
+        ts // {{ hour_ms }} as hour,
         ts // {{ day_ms }} as day,
         ts // {{ view_window_ms }} as view_window
     from deduped
@@ -56,11 +56,47 @@ views as (
 ),
 
 -- the static signals of an address or an agent are computed once per distinct value
+-- (blank: only the characters Python's str.isspace holds, as counting.bots strips them)
 agents as (
     select
         user_agent,
-        coalesce(regexp_matches(user_agent, {{ scripted_agent_pattern }}), false) as is_scripted_agent
+        trim(user_agent, {{ whitespace }}) = '' as hit_missing_agent,
+        trim(user_agent, {{ whitespace }}) <> ''
+        and coalesce(regexp_matches(user_agent, {{ scripted_agent_pattern }}), false) as hit_scripted_agent,
+        trim(user_agent, {{ whitespace }}) <> ''
+        and coalesce(regexp_matches(user_agent, {{ impossible_agent_pattern }}), false) as hit_impossible_agent
     from (select distinct user_agent from views where user_agent is not null)
+),
+
+-- address velocity: the busiest 60 s holding a view end at a view at or after it
+view_velocity as (
+    select
+        event_id,
+        max(ending) over (
+            partition by ip order by ts range between current row and {{ velocity_span_ms }} following
+        ) as busiest
+    from (
+        select
+            event_id,
+            ip,
+            ts,
+            count(*) over (
+                partition by ip order by ts range between {{ velocity_span_ms }} preceding and current row
+            ) as ending
+        from views
+        where ip is not null
+    )
+),
+
+-- agent rotation: the distinct agents (non-empty) of an address in an hour
+address_agents as (
+    select
+        ip,
+        hour,
+        count(distinct user_agent) as agents
+    from views
+    where ip is not null and user_agent <> ''
+    group by ip, hour
 ),
 
 address_text as (
@@ -184,27 +220,27 @@ datacenter_addresses as (
 signals as (
     select
         views.*,
-        coalesce(agents.is_scripted_agent, false) as is_scripted_agent,
-        datacenter_addresses.ip is not null as is_datacenter_ip,
-        coalesce(lower(views.ja3) in {{ bad_ja3 }}, false) as is_bad_ja3,
+        coalesce(agents.hit_scripted_agent, false) as hit_scripted_agent,
+        coalesce(agents.hit_missing_agent, true) as hit_missing_agent,
+        coalesce(agents.hit_impossible_agent, false) as hit_impossible_agent,
+        datacenter_addresses.ip is not null as hit_datacenter_ip,
+        coalesce(lower(views.ja3) in {{ bad_ja3 }}, false) as hit_bad_ja3,
         coalesce(
             views.watch_secs > {{ max_watch_secs }}
             or views.watch_secs
             > views.video_duration_secs * {{ watch_overrun_factor }} + {{ watch_overrun_slack_secs }},
             false
-        ) as is_watch_anomaly,
-        case
-            when views.ip is null then 0
-            else count(*) over (partition by views.ip, views.minute)
-        end > {{ max_views_per_address_minute }} as is_high_velocity,
+        ) as hit_watch_anomaly,
+        coalesce(view_velocity.busiest, 0) > {{ max_views_per_address_minute }} as hit_address_velocity,
+        coalesce(address_agents.agents, 0) > {{ max_agents_per_address_hour }} as hit_agent_rotation,
         count(*) over (
             partition by views.video_id, views.viewer, views.day
-        ) > {{ max_replays_per_day }} as is_replay_loop,
+        ) > {{ max_replays_per_day }} as hit_replay_rate,
         coalesce(
             views.watch_secs < views.video_duration_secs * {{ min_watch_ratio }}
             and not isnan(views.watch_secs) and not isnan(views.video_duration_secs),
             false
-        ) as is_watch_ratio,
+        ) as hit_watch_ratio,
         coalesce(views.watch_secs, 0.0) >= {{ min_watch_secs }}
         and not isnan(coalesce(views.watch_secs, 0.0)) as is_qualified_view,
         coalesce(
@@ -225,20 +261,27 @@ signals as (
         on views.user_agent = agents.user_agent
     left join datacenter_addresses
         on views.ip = datacenter_addresses.ip
+    left join view_velocity
+        on views.event_id = view_velocity.event_id
+    left join address_agents
+        on views.ip = address_agents.ip and views.hour = address_agents.hour
 ),
 
--- a view near the threshold on a (video, day) whose qualified views bunch there
+-- a view near the threshold on a (video, day) whose qualified views bunch there (of the views no
+-- static signal rejects alone)
 bunching as (
     select
         *,
         is_near_threshold
         and near_views >= {{ bunch_min_views }}
-        and near_views >= {{ bunch_min_share }} * qualified_views as is_bunched
+        and near_views >= {{ bunch_min_share }} * qualified_views as hit_threshold_bunching
     from (
         select
             *,
-            count_if(is_qualified_view) over (partition by video_id, day) as qualified_views,
-            count_if(is_near_threshold) over (partition by video_id, day) as near_views
+            count_if(is_qualified_view and ({{ static_score }}) < {{ reject_score }})
+                over (partition by video_id, day) as qualified_views,
+            count_if(is_qualified_view and is_near_threshold and ({{ static_score }}) < {{ reject_score }})
+                over (partition by video_id, day) as near_views
         from signals
     )
 ),
@@ -248,14 +291,7 @@ bunching as (
 scored as (
     select
         *,
-        (case when is_scripted_agent then {{ scripted_agent_weight }} else 0.0 end)
-        + (case when is_datacenter_ip then {{ datacenter_ip_weight }} else 0.0 end)
-        + (case when is_bad_ja3 then {{ bad_ja3_weight }} else 0.0 end)
-        + (case when is_watch_anomaly then {{ watch_anomaly_weight }} else 0.0 end)
-        + (case when is_high_velocity then {{ address_velocity_weight }} else 0.0 end)
-        + (case when is_replay_loop then {{ replay_rate_weight }} else 0.0 end)
-        + (case when is_watch_ratio then {{ watch_ratio_weight }} else 0.0 end)
-        + (case when is_bunched then {{ threshold_bunching_weight }} else 0.0 end) as score
+        {{ score }} as score
     from bunching
 ),
 
@@ -266,20 +302,14 @@ judged as (
             when score >= {{ reject_score }} then list_sort(
                 list_filter(
                     [
-                        {'weight': -({{ scripted_agent_weight }}), 'rank': {{ scripted_agent_rank }}, 'reason': 'scripted_agent', 'hit': is_scripted_agent},
-                        {'weight': -({{ datacenter_ip_weight }}), 'rank': {{ datacenter_ip_rank }}, 'reason': 'datacenter_ip', 'hit': is_datacenter_ip},
-                        {'weight': -({{ bad_ja3_weight }}), 'rank': {{ bad_ja3_rank }}, 'reason': 'bad_ja3', 'hit': is_bad_ja3},
-                        {'weight': -({{ watch_anomaly_weight }}), 'rank': {{ watch_anomaly_rank }}, 'reason': 'watch_anomaly', 'hit': is_watch_anomaly},
-                        {'weight': -({{ address_velocity_weight }}), 'rank': {{ address_velocity_rank }}, 'reason': 'address_velocity', 'hit': is_high_velocity},
-                        {'weight': -({{ replay_rate_weight }}), 'rank': {{ replay_rate_rank }}, 'reason': 'replay_rate', 'hit': is_replay_loop},
-                        {'weight': -({{ watch_ratio_weight }}), 'rank': {{ watch_ratio_rank }}, 'reason': 'watch_ratio', 'hit': is_watch_ratio},
-                        {'weight': -({{ threshold_bunching_weight }}), 'rank': {{ threshold_bunching_rank }}, 'reason': 'threshold_bunching', 'hit': is_bunched}
+                        {{ reason_candidates }}
                     ],
                     lambda s: s.hit
                 )
             )[1].reason
         end as reason,
-        coalesce(watch_secs, 0.0) >= {{ min_watch_secs }} and not isnan(coalesce(watch_secs, 0.0)) as is_qualified
+        coalesce(watch_secs, 0.0) >= {{ min_watch_secs }} and not isnan(coalesce(watch_secs, 0.0)) as is_qualified,
+        score >= {{ soft_score }} and score < {{ reject_score }} as is_flagged
     from scored
 ),
 
@@ -290,6 +320,7 @@ view_outcomes as (
         video_id,
         viewer,
         reason,
+        is_flagged,
         case
             when not is_qualified then 'short'
             when reason is not null then 'rejected'
@@ -331,14 +362,8 @@ view_counts as (
         count(distinct viewer) filter (where outcome = 'counted') as unique_viewers,
         count_if(outcome = 'short') as short_views,
         count_if(outcome = 'repeat') as repeat_views,
-        count_if(outcome = 'rejected' and reason = 'scripted_agent') as rejected_scripted_agent,
-        count_if(outcome = 'rejected' and reason = 'address_velocity') as rejected_address_velocity,
-        count_if(outcome = 'rejected' and reason = 'replay_rate') as rejected_replay_rate,
-        count_if(outcome = 'rejected' and reason = 'datacenter_ip') as rejected_datacenter_ip,
-        count_if(outcome = 'rejected' and reason = 'bad_ja3') as rejected_bad_ja3,
-        count_if(outcome = 'rejected' and reason = 'watch_anomaly') as rejected_watch_anomaly,
-        count_if(outcome = 'rejected' and reason = 'watch_ratio') as rejected_watch_ratio,
-        count_if(outcome = 'rejected' and reason = 'threshold_bunching') as rejected_threshold_bunching
+        count_if(outcome = 'counted' and is_flagged) as flagged,
+        {{ rejected_counts }}
     from view_outcomes
     group by video_id
 ),
@@ -367,14 +392,8 @@ final as (
         coalesce(view_counts.unique_viewers, 0)::bigint as unique_viewers,
         coalesce(view_counts.short_views, 0)::bigint as short_views,
         coalesce(view_counts.repeat_views, 0)::bigint as repeat_views,
-        coalesce(view_counts.rejected_scripted_agent, 0)::bigint as rejected_scripted_agent,
-        coalesce(view_counts.rejected_address_velocity, 0)::bigint as rejected_address_velocity,
-        coalesce(view_counts.rejected_replay_rate, 0)::bigint as rejected_replay_rate,
-        coalesce(view_counts.rejected_datacenter_ip, 0)::bigint as rejected_datacenter_ip,
-        coalesce(view_counts.rejected_bad_ja3, 0)::bigint as rejected_bad_ja3,
-        coalesce(view_counts.rejected_watch_anomaly, 0)::bigint as rejected_watch_anomaly,
-        coalesce(view_counts.rejected_watch_ratio, 0)::bigint as rejected_watch_ratio,
-        coalesce(view_counts.rejected_threshold_bunching, 0)::bigint as rejected_threshold_bunching
+        coalesce(view_counts.flagged, 0)::bigint as flagged,
+        {{ rejected_columns }}
     from videos
     left join view_counts
         on videos.video_id = view_counts.video_id

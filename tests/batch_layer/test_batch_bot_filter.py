@@ -19,7 +19,12 @@ from counting.bots import BotFilter
 from counting.event import Event, parse_event, stamped
 from counting.traffic import HUMAN, TrafficConfig, generate
 from tests.batch_layer.test_batch_transform import row
-from tests.rulesfiles import edited_rules_text, edited_rules_views, threshold_gamed_views
+from tests.rulesfiles import (
+    agent_and_velocity_views,
+    edited_rules_text,
+    edited_rules_views,
+    threshold_gamed_views,
+)
 from warehouse.baseline import COUNT_COLUMNS
 
 pytestmark = pytest.mark.slow
@@ -77,3 +82,23 @@ def test_the_spark_verdicts_equal_the_oracles_around_every_new_threshold(
         assertDataFrameEqual(transform(log_frame(events), bot_filter), expected)
     gamed = {r.video_id: r for r in _oracle_rows(events, bots.SHIPPED)}["vid-gamed"]
     assert gamed["rejected_threshold_bunching"] == 12  # the scenario is what its docstring says
+
+
+def test_the_spark_verdicts_equal_the_oracles_around_the_address_and_agent_signals(
+    log_frame: Callable[[Sequence[Event]], DataFrame],
+) -> None:
+    """The sliding 60 s of address velocity (a burst across a minute's edge, 30 and 31 in 60 s),
+    agent rotation at and over its limit (blank and missing agents are none), missing and
+    impossible agents, with the shipped and edited rules (a lower velocity limit)."""
+    hour = 1_795_046_400_000 + 3_600_000
+    events = agent_and_velocity_views(hour)
+    edited = BotFilter(parse_rules(edited_rules_text(), Path("edited.toml")))
+    for bot_filter in (bots.SHIPPED, edited):
+        expected = _oracle_rows(events, bot_filter)
+        assertDataFrameEqual(transform(log_frame(events), bot_filter), expected)
+    counts = {r.video_id: r for r in _oracle_rows(events, bots.SHIPPED)}  # the scenario is what it says
+    assert counts["vid-edge"]["rejected_address_velocity"] == 60
+    assert (counts["vid-slide"]["views"], counts["vid-slide"]["rejected_address_velocity"]) == (31, 31)
+    assert (counts["vid-agents"]["views"], counts["vid-agents"]["rejected_agent_rotation"]) == (17, 9)
+    assert (counts["vid-missing"]["views"], counts["vid-missing"]["rejected_bad_ja3"]) == (1, 3)
+    assert counts["vid-impossible"]["rejected_impossible_agent"] == 3

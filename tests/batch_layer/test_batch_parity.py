@@ -20,6 +20,7 @@ from counting import bots, oracle, rules
 from counting.event import Event
 from counting.settings import Settings
 from tests.logfiles import oracle_rows
+from tests.rulesfiles import IMPOSSIBLE_AGENT
 from tests.writers import archived_until
 from warehouse.baseline import COUNT_COLUMNS, current_baseline
 
@@ -115,6 +116,21 @@ class _Log:
             ja3 = self.rng.choice(sorted(bots.SHIPPED.bad_ja3))
             self.view(ja3=ja3, watch_secs=watch, video_duration_secs=duration, user_id=f"tls-{i % 9}")
 
+    def rotation(self, address: str, agents: int) -> None:
+        """One view per agent from one address, `agents` distinct agents in the log's second hour of
+        event time (before both cutoffs)."""
+        hour = START + rules.HOUR_MS
+        for k in range(agents):
+            ts = hour + self.rng.randrange(rules.HOUR_MS)
+            self.view(ip=address, ts=ts, ingest_ts=ts + 500, user_agent=f"{BROWSER} Build/{k}", user_id=None)
+
+    def odd_agents(self, n: int) -> None:
+        """Views with an impossible, a blank or no agent (the last two only weigh with others)."""
+        for i in range(n):
+            agent = (IMPOSSIBLE_AGENT, " ", None)[i % 3]
+            ja3 = self.rng.choice(sorted(bots.SHIPPED.bad_ja3)) if i % 2 else None
+            self.view(user_agent=agent, ja3=ja3, user_id=f"odd-{i % 11}")
+
     def reactions(self, n: int) -> None:
         for _ in range(n):
             ts = START + self.rng.randrange(0, SPAN_MS, 7_000)  # coarse: equal ts happen, event_id decides
@@ -161,6 +177,9 @@ def log() -> list[Event]:
     gen.velocity("2001:db8:ffff::9", (33,))
     gen.replay("looper", "vid-03", 15)
     gen.replay("fan", "vid-04", bots.SHIPPED.max_replays_per_day)
+    gen.rotation("81.9.9.9", bots.SHIPPED.max_agents_per_address_hour + 3)
+    gen.rotation("81.9.9.10", bots.SHIPPED.max_agents_per_address_hour)
+    gen.odd_agents(60)
     gen.reactions(500)
     gen.heartbeats(150)
     for cutoff in (MID_CUTOFF, MIDNIGHT):
@@ -187,9 +206,9 @@ def published_log(
 def test_the_generated_log_exercises_every_rule(log: list[Event]) -> None:
     totals = oracle.count(log, MID_CUTOFF).values()
     rejected = {reason for c in totals for reason, n in c.rejected.items() if n}
-    # The two lightest signals never decide: each rejects only beside a heavier one (and the two,
-    # watched too long and too little, never fire together).
-    assert rejected == set(bots.REASONS) - {bots.WATCH_ANOMALY, bots.WATCH_RATIO}
+    # The lightest signals never decide: each rejects only beside a heavier one, or an equal one
+    # listed first (and the two watch signals, too long and too little, never fire together).
+    assert rejected == set(bots.REASONS) - {bots.WATCH_ANOMALY, bots.WATCH_RATIO, bots.MISSING_AGENT}
     low_ratio = [e for e in log if bots.SHIPPED.is_low_watch_ratio(e.watch_secs, e.video_duration_secs)]
     assert any(rules.is_qualified_view(e) for e in low_ratio), "a counted-length view watched too little"
     for column in COUNT_COLUMNS:

@@ -78,10 +78,10 @@ def test_watch_threshold(log_frame: LogFrame) -> None:
         view(watch_secs=rules.MIN_WATCH_SECS),
         view(watch_secs=None),
         view(watch_secs=0.0),
-        view(watch_secs=600.0),
+        view(watch_secs=600.0),  # counted, flagged: watched longer than the video (0.5)
         Event(event_id="hb1", type="heartbeat", video_id="v1", ts=T0, session_id="s", ingest_ts=T0),
     ]
-    check(log_frame, events, [row(views=2, unique_viewers=2, short_views=3)])
+    check(log_frame, events, [row(views=2, unique_viewers=2, short_views=3, flagged=1)])
 
 
 def test_one_view_per_viewer_and_window(log_frame: LogFrame) -> None:
@@ -116,32 +116,32 @@ def test_scripted_agents_are_rejected_with_python_regex_semantics(log_frame: Log
         # U+017F matches `s` case-insensitively in Python's regex (not in Java's): the UDF decides.
         view(user_agent="\u017fpider/1.0"),
         view(user_agent="Mozilla/5.0 (compatible; Googlebot/2.1)"),  # no signal in this rule set
-        view(user_agent=None),
+        view(user_agent=None),  # no agent: 0.5, counted and flagged
         # Scripted and short: a short view is short, whatever its signals.
         view(user_agent="curl/8.0", watch_secs=1.0),
     ]
     check(
         log_frame,
         events,
-        [row(views=2, unique_viewers=2, short_views=1, rejected_scripted_agent=3)],
+        [row(views=2, unique_viewers=2, short_views=1, rejected_scripted_agent=3, flagged=1)],
     )
 
 
 def test_datacenter_and_tls_signals_add_up(log_frame: LogFrame) -> None:
     bad = sorted(bots.SHIPPED.bad_ja3)[0]
     events = [
-        view("dc_only", ip="3.1.2.3"),  # 0.6: counted
-        view("ja3_only", ja3=bad.upper()),  # 0.6: counted (fingerprints compare lower-cased)
+        view("dc_only", ip="3.1.2.3"),  # 0.6: counted, flagged (the soft band starts at 0.5)
+        view("ja3_only", ja3=bad.upper()),  # 0.6: counted, flagged (fingerprints compare lower-cased)
         view("dc_ja3", ip="52.1.2.3", ja3=bad),  # 1.2: tie of weights, datacenter_ip comes first
         view("dc_v6", ip="2600:1F00:0:0::5", ja3=bad),  # IPv6 range, non-canonical text
         view("v6_outside", ip="2600:1e00::1", ja3=bad),  # outside every range: 0.6
         view("mapped_v4", ip="::ffff:3.1.2.3", ja3=bad),  # IPv4-mapped: checked as its IPv4 address
         view("anomaly_ja3", watch_secs=500.0, video_duration_secs=60.0, ja3=bad),  # 1.1: bad_ja3
         view("anomaly_dc", watch_secs=bots.SHIPPED.max_watch_secs + 1, ip="159.89.3.4"),  # 1.1: datacenter_ip
-        view("anomaly_only", watch_secs=500.0, video_duration_secs=60.0),  # 0.5: counted
+        view("anomaly_only", watch_secs=500.0, video_duration_secs=60.0),  # 0.5: counted, flagged
         view("not_an_ip", ip="not-an-ip", ja3=bad),  # unparsable address: no datacenter signal
     ]
-    counted = {"views": 1, "unique_viewers": 1}
+    counted = {"views": 1, "unique_viewers": 1, "flagged": 1}
     check(
         log_frame,
         events,

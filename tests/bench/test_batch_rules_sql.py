@@ -17,7 +17,7 @@ from counting import bots, oracle
 from counting.event import Event
 from counting.logschema import LOG_COLUMNS
 from counting.traffic import TrafficConfig, generate
-from tests.rulesfiles import threshold_gamed_views
+from tests.rulesfiles import IMPOSSIBLE_AGENT, agent_and_velocity_views, threshold_gamed_views
 from warehouse.baseline import COUNT_COLUMNS, REJECTED_COLUMNS
 
 _ARROW = {"string": pa.string(), "int64": pa.int64(), "double": pa.float64()}
@@ -76,6 +76,7 @@ def _edge_cases() -> list[Event]:
     ips += ["::ffff:52.3.4.5", "::ffff:81.2.3.4", "2a05:d000::1:2", "2a05:d07f:ffff::", "2a05:d080::", "::1"]
     ips += ["64:ff9b::3.1.2.3", "159.89.255.255", "159.90.0.0", "fe80::1%eth0", "1:2:3:4:5:6:7:8"]
     agents = ["Mozilla/5.0 HeadlessChrome/131", "a ROBOT here", "the Bot", "curl/8.5", "MyBotty", None, "x"]
+    agents += [" \t\u3000", IMPOSSIBLE_AGENT]
     ja3s = [
         *sorted(bots.SHIPPED.bad_ja3)[:2],
         sorted(bots.SHIPPED.bad_ja3)[0].upper(),
@@ -110,15 +111,21 @@ def _edge_cases() -> list[Event]:
 
 
 def test_rules_sql_equals_the_oracle_on_generated_traffic(tmp_path: Path) -> None:
-    events = _traffic() + _edge_cases() + threshold_gamed_views(START)
+    events = (
+        _traffic()
+        + _edge_cases()
+        + threshold_gamed_views(START)
+        + agent_and_velocity_views(START + 3_600_000)
+    )
     cutoff = max(e.ingest_ts or 0 for e in events) - 60_000
     _write(tmp_path, events)
     expected = _as_rows(oracle.count(events, cutoff))
     actual = _duckdb_rows(tmp_path, cutoff)
     assert sum(r["views"] for r in expected.values()) > 1_000
-    # every signal that can be the heaviest of a rejected view shows up: the watch anomaly and the
-    # watch ratio only add (each rejects only beside a heavier signal; they never fire together)
-    for reason in set(bots.REASONS) - {bots.WATCH_ANOMALY, bots.WATCH_RATIO}:
+    # every signal that can be the heaviest of a rejected view shows up: the watch anomaly, the
+    # watch ratio and a missing agent only add (each rejects only beside a heavier signal, or an
+    # equal one listed first)
+    for reason in set(bots.REASONS) - {bots.WATCH_ANOMALY, bots.WATCH_RATIO, bots.MISSING_AGENT}:
         assert sum(r[f"rejected_{reason}"] for r in expected.values()) > 0, reason
     assert actual == expected
 
@@ -146,3 +153,25 @@ def test_scripted_agent_pattern_means_the_same_in_duckdb(agent: str) -> None:
         .fetchall()
     )
     assert found == [(bots.SHIPPED.is_scripted_agent(agent),)]
+
+
+@pytest.mark.parametrize(
+    "agent",
+    [
+        IMPOSSIBLE_AGENT,
+        IMPOSSIBLE_AGENT.replace("Chrome/312", "Chrome/149"),
+        "Mozilla/5.0 (Windows NT 11.0; Win64; x64)",
+        "Mozilla/5.0 (Windows NT 10.0; Win64; x64)",
+        "Mozilla/5.0 (Windows NT 6.1; WOW64)",
+        "Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X; Windows NT 10.0)",
+        "Mozilla/5\x01 (X11)",
+        "Mozilla/5",
+    ],
+)
+def test_impossible_agent_pattern_means_the_same_in_duckdb(agent: str) -> None:
+    found = (
+        duckdb.connect()
+        .execute("select regexp_matches(?, ?)", [agent, bots.SHIPPED.impossible_pattern])
+        .fetchall()
+    )
+    assert found == [(bots.SHIPPED.is_impossible_agent(agent),)]

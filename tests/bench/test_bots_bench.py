@@ -9,12 +9,20 @@ from pathlib import Path
 import pytest
 
 from bench import bots
-from counting.traffic import BOT_KINDS, DATACENTER, HEADLESS_FARM, HUMAN, REPLAY_LOOP, VELOCITY
+from counting.traffic import (
+    AGENT_ROTATION,
+    BOT_KINDS,
+    DATACENTER,
+    HEADLESS_FARM,
+    HUMAN,
+    REPLAY_LOOP,
+    VELOCITY,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 # The kinds whose signal fires on each of their views (the batch sees a burst whole).
-EVERY_VIEW = (HEADLESS_FARM, DATACENTER, VELOCITY, REPLAY_LOOP)
+EVERY_VIEW = (HEADLESS_FARM, DATACENTER, VELOCITY, REPLAY_LOOP, AGENT_ROTATION)
 
 
 def test_quick_bots_bench_rejects_the_bots_and_spares_the_humans(tmp_path: Path) -> None:
@@ -28,14 +36,20 @@ def test_quick_bots_bench_rejects_the_bots_and_spares_the_humans(tmp_path: Path)
     assert set(result["labels"]) == {HUMAN, *BOT_KINDS}
     for label, figures in result["labels"].items():
         assert figures["views"] > 0, label
-        assert figures["flagged"] is None, label
+        assert figures["flagged"] == figures["outcomes"].get("flagged", 0), label
+        share = (figures["rejected"] + figures["flagged"]) / figures["views"]
+        assert figures["rejected_or_flagged_share"] == round(share, 5), label
         assert sum(figures["reasons"].values()) == figures["rejected"], label
     for kind in EVERY_VIEW:
         assert result["labels"][kind]["rejected_share"] >= 0.98, kind
-    assert result["labels"][HUMAN]["rejected_share"] <= 0.01
-    assert result["human_rejected_share"] == result["labels"][HUMAN]["rejected_share"]
+    assert result["labels"][HUMAN]["rejected_or_flagged_share"] <= 0.01
+    assert result["human_rejected_or_flagged_share"] == result["labels"][HUMAN]["rejected_or_flagged_share"]
     assert result["speed_served_views"] > 0
     assert result["human_counted_views"] > 0
-    assert set(result["targets_met"]) == {"bot_rejected_min_share", "human_rejected_share", "speed_vs_human"}
+    assert set(result["targets_met"]) == {
+        "bot_rejected_min_share",
+        "human_rejected_or_flagged_share",
+        "speed_vs_human",
+    }
     assert result["rules_version"]
     assert result["machine"]["cpus"] >= 1

@@ -11,8 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from counting import bots, rules
+from counting.botrules import shipped_rules
+from counting.bots import BotFilter
 from counting.event import Event
 from counting.traffic import BROWSERS, HEADLESS_AGENTS
+from tests.rulesfiles import IMPOSSIBLE_AGENT
 
 EXAMPLES = settings(max_examples=80, deadline=None)
 NETWORKS = [ipaddress.ip_network(r) for r in bots.SHIPPED.rules.addresses.datacenter]
@@ -131,13 +134,65 @@ def test_two_weak_signals_reject_with_the_heavier_as_reason():
     )
 
 
+IMPOSSIBLE = IMPOSSIBLE_AGENT
+
+
+def test_a_missing_or_blank_agent_is_missing_and_scores_below_the_reject_threshold():
+    assert bots.SHIPPED.is_missing_agent(None) is True
+    assert bots.SHIPPED.is_missing_agent(" \t") is True
+    assert bots.SHIPPED.is_missing_agent(BROWSERS[0][0]) is False
+    assert bots.SHIPPED.rejection_by_mask[bots.BIT[bots.MISSING_AGENT]] is None
+    with_anomaly = bots.BIT[bots.MISSING_AGENT] | bots.BIT[bots.WATCH_ANOMALY]
+    assert bots.SHIPPED.rejection_by_mask[with_anomaly] == bots.WATCH_ANOMALY  # 0.5 + 0.5: the first listed
+
+
+@pytest.mark.parametrize(
+    ("agent", "impossible"),
+    [
+        (IMPOSSIBLE, True),  # a Chrome that does not exist yet
+        (IMPOSSIBLE.replace("Chrome/312", "Chrome/149"), False),  # the newest the rules allow
+        (IMPOSSIBLE.replace("Chrome/312", "Chrome/150"), True),  # the first they refuse
+        ("Mozilla/5.0 (X11; Linux x86_64; rv:159.0) Gecko/20100101 Firefox/159.0", False),
+        ("Mozilla/5.0 (X11; Linux x86_64; rv:160.0) Gecko/20100101 Firefox/160.0", True),
+        ("Mozilla/5.0 (Windows NT 10.0; Win64; x64)", False),
+        ("Mozilla/5.0 (Windows NT 11.0; Win64; x64)", True),  # Windows 11 still says 10.0
+        ("Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X; Windows NT 10.0)", True),
+        ("Mozilla/5.0 (Windows NT 10.0; Android 14)", True),
+        ("Mozilla/5.\x00", True),  # a control character
+        ("Mozilla/5", True),  # 9 characters: too short for any client
+        ("Mozilla/50", False),  # 10
+        (None, False),  # missing, not impossible
+        *((browser, False) for browser, _ in BROWSERS),
+    ],
+)
+def test_impossible_agents_at_and_beside_each_rule(agent, impossible):
+    assert bots.SHIPPED.is_impossible_agent(agent) is impossible
+    client = bots.SHIPPED.client_mask(agent, "81.2.3.4", None)
+    assert bool(client & bots.BIT[bots.IMPOSSIBLE_AGENT]) is impossible
+    assert (bots.SHIPPED.rejection_by_mask[client] == bots.IMPOSSIBLE_AGENT) is impossible
+
+
+def test_agent_rotation_at_and_above_its_limit_and_never_for_an_allowed_address(make_event):
+    limit = bots.SHIPPED.max_agents_per_address_hour
+    view = _view(make_event, ip="81.2.3.4")
+    assert bots.SHIPPED.signals_for(view, 1, 1, False, limit) == []
+    assert bots.SHIPPED.signals_for(view, 1, 1, False, limit + 1) == [SIGNAL[bots.AGENT_ROTATION]]
+    allowed = BotFilter(
+        shipped_rules().model_copy(
+            update={"addresses": shipped_rules().addresses.model_copy(update={"allow": ["81.2.3.0/24"]})}
+        )
+    )
+    assert allowed.signals_for(view, 1, 1, False, limit + 1) == []
+
+
 def test_the_reasons_are_the_signal_names():
     assert tuple(s.name for s in tuple(bots.SHIPPED.signals.values())) == bots.REASONS
     assert len(set(bots.REASONS)) == len(bots.REASONS)
 
 
 def _view(make_event, **fields) -> Event:
-    return msgspec.convert(make_event("view", **fields), type=Event)
+    """A view from a browser (its agent is a real browser's unless `fields` say otherwise)."""
+    return msgspec.convert(make_event("view", **{"user_agent": BROWSERS[0][0], **fields}), type=Event)
 
 
 def test_window_signals_at_and_above_their_limits(make_event):
@@ -250,7 +305,7 @@ def test_the_rejection_table_is_the_rejection_reason_of_every_combination():
 
 @EXAMPLES
 @given(
-    agent=st.sampled_from([None, "curl/8.4.0", HEADLESS_AGENTS[0], BROWSERS[0][0]]),
+    agent=st.sampled_from([None, "  ", "curl/8.4.0", HEADLESS_AGENTS[0], BROWSERS[0][0], IMPOSSIBLE]),
     ip=st.sampled_from([None, "52.0.0.1", "81.2.3.4", "::ffff:52.1.2.3", "2600:1f00::1"]),
     ja3=st.sampled_from([None, sorted(bots.SHIPPED.bad_ja3)[0], "abc"]),
     watch=st.sampled_from([None, 10.0, 100.0, bots.SHIPPED.max_watch_secs + 1]),
@@ -258,9 +313,10 @@ def test_the_rejection_table_is_the_rejection_reason_of_every_combination():
     address_views=st.integers(0, bots.SHIPPED.max_views_per_address_minute + 2),
     viewer_views=st.integers(0, bots.SHIPPED.max_replays_per_day + 2),
     bunched=st.booleans(),
+    address_agents=st.integers(0, bots.SHIPPED.max_agents_per_address_hour + 2),
 )
 def test_a_view_mask_holds_exactly_the_signals_of_the_view(
-    agent, ip, ja3, watch, duration, address_views, viewer_views, bunched
+    agent, ip, ja3, watch, duration, address_views, viewer_views, bunched, address_agents
 ):
     expected = []
     if bots.SHIPPED.is_scripted_agent(agent):
@@ -279,9 +335,21 @@ def test_a_view_mask_holds_exactly_the_signals_of_the_view(
         expected.append(SIGNAL[bots.WATCH_RATIO])
     if bunched:
         expected.append(SIGNAL[bots.THRESHOLD_BUNCHING])
+    if bots.SHIPPED.is_missing_agent(agent):
+        expected.append(SIGNAL[bots.MISSING_AGENT])
+    if bots.SHIPPED.is_impossible_agent(agent):
+        expected.append(SIGNAL[bots.IMPOSSIBLE_AGENT])
+    if bots.SHIPPED.is_agent_rotation(address_agents):
+        expected.append(SIGNAL[bots.AGENT_ROTATION])
 
     mask = bots.SHIPPED.view_mask(
-        bots.SHIPPED.client_mask(agent, ip, ja3), watch, duration, address_views, viewer_views, bunched
+        bots.SHIPPED.client_mask(agent, ip, ja3),
+        watch,
+        duration,
+        address_views,
+        viewer_views,
+        bunched,
+        address_agents,
     )
 
     assert bots.SHIPPED.signals_of(mask) == expected

@@ -28,8 +28,10 @@ def ev(event_id: str, kind: str, ts: int = T0, ingest: int | None = None, **fiel
 
 
 def view(event_id: str, viewer: str, ts: int = T0, watch: float = 45.0, **fields: Any) -> Event:
+    """A stamped view from a browser (its agent unless `fields` say otherwise)."""
     who = {"session_id": viewer[5:]} if viewer.startswith("anon:") else {"user_id": viewer, "session_id": "s"}
     fields.setdefault("video_id", "v1")
+    fields.setdefault("user_agent", BROWSER)
     return ev(event_id, "view", ts, watch_secs=watch, **who, **fields)
 
 
@@ -166,8 +168,8 @@ def test_views_unique_viewers_short_repeat_and_rejected_by_hand():
         view("e", "anon:s9", T0 + 5 * minute, watch=30.0),  # counted: anon:s9
         view("f", "u2", T0 + 2 * minute, user_agent=HEADLESS),  # rejected: scripted agent
         view("g", "u3", T0 + 3 * minute, ip="52.0.0.5", ja3=BAD_JA3),  # rejected: data centre + bad TLS
-        view("h", "u4", T0 + 4 * minute, ip="52.0.0.6"),  # counted: data centre alone scores 0.6
-        view("i", "u5", T0 + 6 * minute, watch=100.0, video_duration_secs=60.0),  # counted: anomaly is 0.5
+        view("h", "u4", T0 + 4 * minute, ip="52.0.0.6"),  # counted, flagged: data centre alone scores 0.6
+        view("i", "u5", T0 + 6 * minute, watch=100.0, video_duration_secs=60.0),  # counted, flagged: 0.5
         msgspec.structs.replace(view("a", "u1", T0), ingest_ts=T0 + 9 * minute),  # retry of a
         ev("j", "heartbeat", T0, video_id="v1", session_id="s1"),  # presence only
     ]
@@ -183,6 +185,7 @@ def test_views_unique_viewers_short_repeat_and_rejected_by_hand():
             rejected={"scripted_agent": 1, "datacenter_ip": 1},
             short_views=1,
             repeat_views=1,
+            flagged=2,
         )
     }
 
@@ -191,12 +194,58 @@ def test_address_velocity_by_hand():
     limit = bots.SHIPPED.max_views_per_address_minute
     at_limit = [view(f"a{i}", f"a{i}", T0 + i * 1_000, ip="10.0.0.1") for i in range(limit)]
     over = [view(f"b{i}", f"b{i}", T0 + i * 1_000, ip="10.0.0.2", video_id="v2") for i in range(limit + 1)]
-    next_minute = view("c", "c", T0 + rules.MINUTE_MS, ip="10.0.0.2", video_id="v2")
+    # 60 s after the first of `over`: its 60 s hold the other `limit` of them and itself: over too.
+    edge = view("c", "c", T0 + rules.VELOCITY_WINDOW_MS - 1, ip="10.0.0.2", video_id="v2")
+    # Its 60 s hold the last `limit` - 2 of `over`, `edge` and itself: counted (none busier holds it).
+    after = view("d", "d", T0 + 3_000 + rules.VELOCITY_WINDOW_MS - 1, ip="10.0.0.2", video_id="v3")
 
-    counts = oracle.count([*at_limit, *over, next_minute])
+    counts = oracle.count([*at_limit, *over, edge, after])
 
     assert (counts["v1"].views, counts["v1"].rejected) == (limit, {})
-    assert (counts["v2"].views, counts["v2"].rejected) == (1, {"address_velocity": limit + 1})
+    assert (counts["v2"].views, counts["v2"].rejected) == (0, {"address_velocity": limit + 2})
+    assert (counts["v3"].views, counts["v3"].rejected) == (1, {})
+
+
+def test_a_burst_straddling_a_minute_edge_gets_no_more_than_the_limit():
+    """Fixed minutes let 2 x limit views through a burst split by a minute's edge; 60 s that slide
+    hold them all, so all are refused."""
+    limit = bots.SHIPPED.max_views_per_address_minute
+    edge = T0 - T0 % rules.MINUTE_MS + 10 * rules.MINUTE_MS
+    burst = [view(f"s{i}", f"s{i}", edge - limit * 100 + i * 100, ip="10.0.0.3") for i in range(2 * limit)]
+    assert {rules.minute_of(e.ts) for e in burst} == {rules.minute_of(edge) - 1, rules.minute_of(edge)}
+    assert (
+        sum(rules.minute_of(e.ts) == rules.minute_of(edge) for e in burst) == limit
+    )  # each minute: at the limit
+
+    counts = oracle.count(burst)
+
+    assert (counts["v1"].views, counts["v1"].rejected) == (0, {"address_velocity": 2 * limit})
+
+
+def test_agent_rotation_by_hand():
+    limit = bots.SHIPPED.max_agents_per_address_hour
+    agents = [f"{BROWSER} Build/{n}" for n in range(limit + 1)]
+    hour = T0 - T0 % rules.HOUR_MS + 2 * rules.HOUR_MS
+    # One address, `limit` agents in one hour (counted); another, `limit + 1` (all refused); the
+    # next hour starts afresh; a view without an agent is no agent of the count.
+    home = [
+        view(f"h{i}", f"h{i}", hour + i * 60_000, ip="10.0.1.1", user_agent=a)
+        for i, a in enumerate(agents[:limit])
+    ]
+    home.append(view("h-none", "h-none", hour + 30 * 60_000, ip="10.0.1.1", user_agent=None))
+    farm = [
+        view(f"f{i}", f"f{i}", hour + i * 60_000, ip="10.0.1.2", user_agent=a, video_id="v2")
+        for i, a in enumerate(agents)
+    ]
+    later = view(
+        "f-later", "f-later", hour + rules.HOUR_MS, ip="10.0.1.2", user_agent=agents[0], video_id="v3"
+    )
+
+    counts = oracle.count([*home, *farm, later])
+
+    assert (counts["v1"].views, counts["v1"].rejected) == (limit + 1, {})
+    assert (counts["v2"].views, counts["v2"].rejected) == (0, {"agent_rotation": limit + 1})
+    assert (counts["v3"].views, counts["v3"].rejected) == (1, {})
 
 
 def test_replay_rate_by_hand():
@@ -247,9 +296,9 @@ def test_counts_as_of_a_cutoff_by_hand():
         react("d", "unlike", "u1", T0 + 1, ingest=T0 + 2_500),
     ]
 
-    assert dataclasses.astuple(oracle.count(events, T0 + 2_000)["v1"]) == (1, 1, 0, 1, {}, 0, 0)
-    assert dataclasses.astuple(oracle.count(events, T0 + 3_000)["v1"]) == (1, 0, 0, 1, {}, 0, 0)
-    assert dataclasses.astuple(oracle.count(events)["v1"]) == (2, 0, 0, 2, {}, 0, 0)
+    assert dataclasses.astuple(oracle.count(events, T0 + 2_000)["v1"]) == (1, 1, 0, 1, {}, 0, 0, 0)
+    assert dataclasses.astuple(oracle.count(events, T0 + 3_000)["v1"]) == (1, 0, 0, 1, {}, 0, 0, 0)
+    assert dataclasses.astuple(oracle.count(events)["v1"]) == (2, 0, 0, 2, {}, 0, 0, 0)
 
 
 def test_no_events_no_counts():

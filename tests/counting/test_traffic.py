@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from counting import bots, oracle, traffic
+from counting import bots, oracle, rules, traffic
 from counting.errors import InvalidSetting
 from counting.event import VIDEO_ID_PATTERN, Event, parse_event, stamped
 from counting.traffic import Generated, TrafficConfig
@@ -24,6 +24,8 @@ CLEAN = TrafficConfig(seed=7, videos=120, viewers=3_000, events=30_000, rate=300
 PER_VIEW_KINDS = tuple(k for k in traffic.BOT_KINDS if k != traffic.THRESHOLD_GAMER)
 EXAMPLES = settings(max_examples=10, deadline=None)
 MIXED = TrafficConfig(seed=11, videos=150, viewers=4_000, events=40_000, rate=150.0, bot_fraction=0.1)
+# A few viewers watching at a high rate: their homes' addresses run at the velocity limit.
+CROWDED = TrafficConfig(seed=4, videos=40, viewers=20, events=20_000, rate=100.0, bot_fraction=0.1)
 
 
 def _stamped(config: TrafficConfig, items: list[Generated]) -> list[Event]:
@@ -169,11 +171,98 @@ def test_each_bot_kind_trips_its_own_signal(mixed):
 
     assert set(reasons) == {
         ("headless_farm", "scripted_agent"),
+        ("headless_farm", "impossible_agent"),
         ("datacenter", "datacenter_ip"),
         ("velocity", "address_velocity"),
         ("replay_loop", "replay_rate"),
         ("threshold_gamer", "threshold_bunching"),
+        ("agent_rotation", "agent_rotation"),
     }
+
+
+def test_headless_farms_send_a_headless_or_an_impossible_agent(mixed):
+    sessions: dict[str, set[str]] = {}
+    for item in mixed:
+        if item.label == traffic.HEADLESS_FARM:
+            farm = item.event["session_id"].rsplit("-", 1)[0]
+            sessions.setdefault(farm, set()).add(item.event["user_agent"])
+    agents = [agent for seen in sessions.values() for agent in seen]
+    impossible = [agent for agent in agents if bots.SHIPPED.is_impossible_agent(agent)]
+
+    assert all(len(seen) == 1 for seen in sessions.values())
+    assert all(bots.SHIPPED.is_scripted_agent(a) != bots.SHIPPED.is_impossible_agent(a) for a in agents)
+    assert 0.2 * len(sessions) <= len(impossible) <= 0.5 * len(sessions)
+
+
+def test_rotation_agents_are_distinct_real_browsers():
+    agents = [agent for agent, _ in traffic.ROTATION_AGENTS]
+
+    assert len(set(agents)) == len(agents) > 3 * bots.SHIPPED.max_agents_per_address_hour
+    assert not any(bots.SHIPPED.is_scripted_agent(a) or bots.SHIPPED.is_impossible_agent(a) for a in agents)
+    assert not any(bots.SHIPPED.is_missing_agent(a) for a in agents)
+
+
+@settings(max_examples=4, deadline=None)
+@given(seed=st.integers(0, 2**32), before_hour_ms=st.integers(0, 540_000))
+def test_agent_rotation_is_caught_by_rotation_alone_and_spares_the_humans(seed, before_hour_ms):
+    # Slow enough that rotation sessions (minutes each) fit in the run many times over; the run
+    # starts up to 9 minutes before a clock hour, so some sessions arrive as an hour ends. It is
+    # bounded by time (the count of a small run's events drifts), so no session is cut at its end.
+    config = TrafficConfig(
+        seed=seed,
+        videos=30,
+        viewers=200,
+        events=None,
+        duration_secs=600,
+        rate=5.0,
+        start_ms=traffic.DEFAULT_START_MS - before_hour_ms,
+        bot_fraction=0.2,
+        bot_kinds=(traffic.AGENT_ROTATION,),
+    )
+    items = list(traffic.generate(config))
+    label = {item.event["event_id"]: item.label for item in items}
+    kept = oracle.dedup(_stamped(config, items))
+
+    verdicts = oracle.view_verdicts(kept)
+
+    limits = bots.SHIPPED
+    rotated = [e for e, _ in verdicts if label[e.event_id] == traffic.AGENT_ROTATION]
+    reasons = [reason for e, reason in verdicts if label[e.event_id] == traffic.AGENT_ROTATION]
+    humans = [reason for e, reason in verdicts if label[e.event_id] == traffic.HUMAN]
+    sessions: dict[str, list[Event]] = {}
+    for e in rotated:
+        sessions.setdefault(e.session_id.rsplit("-", 1)[0], []).append(e)
+    velocity, _ = oracle.address_windows([e for e, _ in verdicts])
+    assert len(sessions) > 5
+    assert sum(r == bots.AGENT_ROTATION for r in reasons) >= 0.98 * len(reasons)
+    assert all(velocity[e.event_id] <= limits.max_views_per_address_minute for e in rotated)
+    for views in sessions.values():
+        assert len({e.ip for e in views}) == len({rules.hour_of(e.ts) for e in views}) == 1
+        assert len({e.user_agent for e in views}) == len(views) > limits.max_agents_per_address_hour
+        assert len({rules.viewer_of(e) for e in views}) == len(views)
+    assert len(humans) > 100
+    assert [r for r in humans if r is not None] == []
+
+
+@pytest.mark.parametrize("name", ["mixed", "crowded"])
+def test_no_human_view_is_refused_for_velocity_in_any_60_seconds(name, request):
+    config = {"mixed": MIXED, "crowded": CROWDED}[name]
+    items = request.getfixturevalue("mixed") if name == "mixed" else list(traffic.generate(config))
+    label = {item.event["event_id"]: item.label for item in items}
+    kept = oracle.dedup(_stamped(config, items))
+    views = [e for e in kept if e.type == "view"]
+    human = [e for e in views if label[e.event_id] == traffic.HUMAN]
+
+    velocity, agents = oracle.address_windows(views)
+    verdicts = oracle.view_verdicts(kept)
+
+    busiest = max(velocity[e.event_id] for e in human)
+    print(f"{name}: the busiest 60 s of a human address holds {busiest} views")
+    assert busiest <= bots.SHIPPED.max_views_per_address_minute
+    assert max(agents[(e.ip, rules.hour_of(e.ts))] for e in human) <= bots.SHIPPED.max_agents_per_address_hour
+    reasons = {reason for e, reason in verdicts if label[e.event_id] == traffic.HUMAN}
+    assert bots.ADDRESS_VELOCITY not in reasons
+    assert bots.AGENT_ROTATION not in reasons
 
 
 @EXAMPLES

@@ -23,7 +23,7 @@ from speed_layer.counter import (
 from speed_layer.hot import HotVideos
 from speed_layer.records import Record
 from speed_layer.windows import ViewWindows
-from tests.rulesfiles import threshold_gamed_views
+from tests.rulesfiles import BROWSER, IMPOSSIBLE_AGENT, threshold_gamed_views
 from tests.speed_layer.helpers import Traffic
 
 NOW = 1_795_000_000_000
@@ -114,7 +114,8 @@ def test_the_bot_rejection_reason_comes_from_the_rules(config: Settings) -> None
 def test_verdicts_equal_the_rules_on_random_views(config: Settings) -> None:
     rng = random.Random(5)
     t = Traffic(now_ms=NOW, seed=5)
-    agents = [None, "Mozilla/5.0 Firefox/131", "curl/8.1", "HeadlessChrome/120", "Googlebot/2.1"]
+    agents = [None, "", "Mozilla/5.0 Firefox/131", "curl/8.1", "HeadlessChrome/120", "Googlebot/2.1"]
+    agents += [IMPOSSIBLE_AGENT, *(f"{BROWSER} Build/{n}" for n in range(10))]  # rotation: 8 an hour
     addresses = [None, "81.2.3.4", "3.4.5.6", "52.1.1.1", "::ffff:52.1.2.3", "2600:1f00::1", "fe80::1"]
     events = [
         t.view(
@@ -132,17 +133,21 @@ def test_verdicts_equal_the_rules_on_random_views(config: Settings) -> None:
     windows = ViewWindows()
     expected = []
     for event in events:
-        address_views, viewer_views = windows.observe(event)
+        address_views, viewer_views, address_agents = windows.observe(event)
         near = bots.SHIPPED.is_near_threshold(event.watch_secs, event.video_duration_secs)
-        near_views, qualified_views = windows.observe_qualified(event.ts, event.video_id, near)
+        client = bots.SHIPPED.client_mask(event.user_agent, event.ip, event.ja3)
+        weighed = not bots.SHIPPED.is_static_reject(client, event.watch_secs, event.video_duration_secs)
+        near_views, qualified_views = windows.observe_qualified(event.ts, event.video_id, near, weighed)
         bunched = near and bots.SHIPPED.is_bunched(near_views, qualified_views)
-        found = bots.SHIPPED.signals_for(event, address_views, viewer_views, bunched)
+        found = bots.SHIPPED.signals_for(event, address_views, viewer_views, bunched, address_agents)
         reason = bots.SHIPPED.rejection_reason(found)
         expected.append(script.VIEW if reason is None else f"rejected:{reason}")
     by_event = {op[3]: (op[0] if op[0] == script.VIEW else op[6]) for op in write.ops}
     assert [by_event[e.event_id] for e in events] == expected
     assert len(set(expected)) > 3
     assert f"rejected:{bots.THRESHOLD_BUNCHING}" in expected
+    assert f"rejected:{bots.AGENT_ROTATION}" in expected
+    assert f"rejected:{bots.IMPOSSIBLE_AGENT}" in expected
 
 
 def test_address_velocity_rejects_views_past_the_threshold(config: Settings) -> None:
@@ -158,7 +163,7 @@ def test_a_retry_in_the_same_batch_is_not_counted_twice_by_the_windows(config: S
     view = t.view("v", "u", ip="81.1.1.1")
     windows = ViewWindows()
     plan_batch([_record([view, t.retry(view)])], config, windows, NOW)
-    assert windows.observe(view, count=False) == (1, 1)
+    assert windows.observe(view, count=False) == (1, 1, 1)
 
 
 def test_reactions_carry_ts_event_id_and_state(config: Settings) -> None:

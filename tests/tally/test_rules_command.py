@@ -59,6 +59,9 @@ def test_a_good_file_shows_its_changes_and_a_dry_run_of_a_day(settings: Settings
     assert f"{len(events):,} events in the log" in output
     old, new = (sum(c.views for c in counts.values()) for counts in (before, after))
     assert f"views counted: {old:,} -> {new:,} ({new - old:+,})" in output
+    flagged = [sum(c.flagged for c in counts.values()) for counts in (before, after)]
+    assert flagged[0] != flagged[1]  # the edit allows vid-cloud's address: its bad JA3 alone flags
+    assert f"of them flagged: {flagged[0]:,} -> {flagged[1]:,}" in output
     for video in sorted(before):
         was, now = before[video].views, after[video].views
         if was != now:

@@ -1,5 +1,6 @@
--- Per day and video: counted views, viewers, reactions and the views that did not count, with the
--- video's creator. The day is the UTC day of the event time.
+-- Per day and video: counted views (and those of them flagged: scored in the rules' soft band),
+-- viewers, reactions and the views that did not count, with the video's creator. The day is the
+-- UTC day of the event time.
 
 with
 
@@ -23,6 +24,7 @@ final as (
         daily.dislikes,
         daily.short_views,
         daily.repeat_views,
+        daily.flagged as flagged_views,
         {{ rejected_views_sum }} as rejected_views,
         daily.run_id,
         daily.rules_version

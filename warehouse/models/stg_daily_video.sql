@@ -16,6 +16,7 @@ final as (
         unique_viewers::bigint as unique_viewers,
         short_views::bigint as short_views,
         repeat_views::bigint as repeat_views,
+        flagged::bigint as flagged,
         {{ rejected_columns }},
         run_id::varchar as run_id,
         rules_version::varchar as rules_version
