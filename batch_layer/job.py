@@ -13,12 +13,14 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 
 from py4j.protocol import Py4JError
+from pyspark import StorageLevel
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 from batch_layer import load
 from batch_layer.cutoff import require_closed_cutoff
 from batch_layer.errors import BatchError, CutoffBehindServed, InvalidRunId
+from batch_layer.explain import write_explained
 from batch_layer.extract import read_log
 from batch_layer.payouts import payouts_of_classified, save_computed_payouts
 from batch_layer.rules_used import save_run_rules
@@ -62,7 +64,8 @@ def compute_batch(
     spark: SparkSession | None = None,
     videos: Mapping[str, CatalogRow] | None = None,
 ) -> BatchResult:
-    """Recompute every count from the log ingested before `cutoff_ms` and write it aside, unpublished.
+    """Recompute every count from the log ingested before `cutoff_ms` and write it aside, unpublished,
+    with the explanations of the views it refused or flagged (`batch_layer.explain`).
 
     Refuses a cutoff off a bucket edge or above the archiver watermark. A given run id is rewritten
     in place by a rerun (idempotent); the default is a fresh one. Uses `spark` if given, else builds
@@ -80,23 +83,29 @@ def compute_batch(
         bot_filter = filter_of(settings.bot_rules_file)
         save_run_rules(settings, run_id, bot_filter)
         events = read_log(session, settings.raw_dir, cutoff_ms)
-        classified = classify(events, bot_filter)
-        # Every output adds up from the counts per (video, day, bucket): kept, they are small.
-        grain = grain_counts(classified, settings.bucket_ms).cache()
+        # The classified log feeds the counts, the explanations and the payouts: kept, it is
+        # classified once.
+        classified = classify(events, bot_filter).persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            table = load.baseline_table(video_totals(grain))
-            load.write_daily(settings, run_id, bot_filter.version, daily_totals(grain))
-            write_series(settings, run_id, bucket_totals(grain))
-            events_read = events.count()
+            # Every count adds up from the counts per (video, day, bucket): kept, they are small.
+            grain = grain_counts(classified, settings.bucket_ms).cache()
+            try:
+                table = load.baseline_table(video_totals(grain))
+                load.write_daily(settings, run_id, bot_filter.version, daily_totals(grain))
+                write_series(settings, run_id, bucket_totals(grain))
+                events_read = events.count()
+            finally:
+                grain.unpersist()
+            write_explained(settings, run_id, classified, bot_filter)
+            payouts = None
+            if videos is not None:
+                rows = payouts_of_classified(
+                    session, settings, run_id, cutoff_ms, classified, videos, bot_filter.version
+                )
+                save_computed_payouts(settings, run_id, rows)
+                payouts = len(rows)
         finally:
-            grain.unpersist()
-        payouts = None
-        if videos is not None:
-            rows = payouts_of_classified(
-                session, settings, run_id, cutoff_ms, classified, videos, bot_filter.version
-            )
-            save_computed_payouts(settings, run_id, rows)
-            payouts = len(rows)
+            classified.unpersist()
         load.write_baseline(settings, run_id, table)
     except (PySparkException, Py4JError, OSError) as exc:
         raise BatchError(

@@ -49,7 +49,7 @@ DUCKDB_TIMED = (
     "rules query over the Parquet log to a per-video Arrow table; each run in a new process; connect excluded"
 )
 SPARK_TIMED = (
-    "read_log + classify + per-video baseline collected + daily and per-bucket outputs written; "
+    "read_log + classify + per-video baseline collected + daily, per-bucket and explanation outputs written; "
     "each run in a new process and JVM; session (JVM) start excluded, reported as spark_session_seconds"
 )
 DEFAULT_EVENTS = 10_000_000
@@ -109,9 +109,13 @@ def run_spark(
 ) -> tuple[pa.Table, dict[str, float]]:
     """The batch job's Spark work as `batch_layer.job.compute_batch` does it, without the Redis
     watermark check and the publish: read the log, classify, collect the per-video baseline, write
-    the daily and per-bucket outputs. Returns the baseline table and the phase times. `conf` adds
-    Spark settings to the job's session (`bench.batch_stages` turns the event log on)."""
+    the daily and per-bucket outputs and the explanations. Returns the baseline table and the
+    phase times. `conf` adds Spark settings to the job's session (`bench.batch_stages` turns the
+    event log on)."""
+    from pyspark import StorageLevel
+
     from batch_layer import load
+    from batch_layer.explain import write_explained
     from batch_layer.extract import read_log
     from batch_layer.series import bucket_totals, write_series
     from batch_layer.session import build_session
@@ -124,13 +128,16 @@ def run_spark(
     try:
         started = time.monotonic()
         events = read_log(spark, settings.raw_dir, cutoff_ms)
-        grain = grain_counts(classify(events), settings.bucket_ms).cache()
+        classified = classify(events).persist(StorageLevel.MEMORY_AND_DISK)
+        grain = grain_counts(classified, settings.bucket_ms).cache()
         table = load.baseline_table(video_totals(grain))
         baseline_seconds = time.monotonic() - started
         load.write_daily(settings, "bench", SHIPPED.version, daily_totals(grain))
         write_series(settings, "bench", bucket_totals(grain))
+        write_explained(settings, "bench", classified, SHIPPED)
         job_seconds = time.monotonic() - started
         grain.unpersist()
+        classified.unpersist()
     finally:
         spark.stop()
     return table, {"session": session_seconds, "baseline": baseline_seconds, "job": job_seconds}

@@ -1,4 +1,5 @@
-"""The admin view of a video's raw traffic: what the log holds for it and why views were refused."""
+"""The admin view of a video's raw traffic and of one event: what the log holds, and why the served
+batch run refused or flagged a view."""
 
 from __future__ import annotations
 
@@ -9,6 +10,11 @@ from typing import Any
 import pyarrow.dataset as ds
 
 from counting.logschema import EVENT_COLUMNS
+from warehouse.baseline import Baseline
+from warehouse.explanations import REFUSED, explanation_of, explanations_of_video
+
+ACCEPTED = "accepted"  # judged by the served run: neither refused nor flagged
+NOT_JUDGED = "not_judged"
 
 
 def is_admin(given: str | None, expected: str) -> bool:
@@ -37,4 +43,83 @@ def raw_events(raw_dir: Path, video_id: str, limit: int) -> dict[str, Any]:
         "retried_copies": len(rows) - len(first),
         "by_type": dict(sorted(by_type.items())),
         "latest": [{k: v for k, v in row.items() if v is not None} for row in latest],
+    }
+
+
+def logged_event(raw_dir: Path, event_id: str) -> tuple[dict[str, Any] | None, int]:
+    """The first copy of an event in the Parquet log (by ingestion) and how many copies it holds."""
+    if not raw_dir.exists() or not any(raw_dir.rglob("*.parquet")):
+        return None, 0
+    dataset = ds.dataset(raw_dir, format="parquet", partitioning="hive")
+    rows = dataset.to_table(columns=list(EVENT_COLUMNS), filter=ds.field("event_id") == event_id).to_pylist()
+    if not rows:
+        return None, 0
+    first = min(rows, key=lambda r: (r["ingest_ts"] or 0, r["event_id"]))
+    return {k: v for k, v in first.items() if v is not None}, len(rows)
+
+
+def event_verdict(batch_dir: Path, baseline: Baseline | None, event: dict[str, Any]) -> dict[str, Any]:
+    """What the served batch run made of a logged event: refused (with its score and signals),
+    flagged, or neither; or why no run has judged it yet."""
+    if baseline is None:
+        return {"verdict": NOT_JUDGED, "why": "no batch run is published yet: run 'tally batch run'"}
+    judged = {
+        "batch_run_id": baseline.run_id,
+        "batch_cutoff": baseline.cutoff,
+        "rules_version": baseline.rules_version,
+    }
+    if event["ingest_ts"] >= baseline.cutoff:
+        why = f"ingested after the served batch's cutoff ({baseline.cutoff}): the next batch run judges it"
+        return {**judged, "verdict": NOT_JUDGED, "why": why}
+    if event["type"] != "view":
+        return {**judged, "verdict": NOT_JUDGED, "why": f"a {event['type']} event: the bot rules judge views"}
+    try:
+        found = explanation_of(batch_dir, baseline.run_id, event["event_id"])
+    except FileNotFoundError:
+        why = (
+            f"batch run {baseline.run_id} kept no explanations (an earlier version's run): run a batch again"
+        )
+        return {**judged, "verdict": NOT_JUDGED, "why": why}
+    if found is None:
+        why = "no bot signal, or too few to flag it: counted, or a short or repeated view"
+        return {**judged, "verdict": ACCEPTED, "score_below": "soft", "why": why}
+    signals = " + ".join(found["signals"]) or "none"
+    threshold = "reject" if found["verdict"] == REFUSED else "soft"
+    why = (
+        f"score {found['score']:g} from {signals} reached the {threshold} threshold "
+        f"({found[f'{threshold}_score']:g})"
+    )
+    if found["reason"] is not None:
+        why += f"; recorded reason: {found['reason']} (the heaviest signal)"
+    return {
+        **judged,
+        "verdict": found["verdict"],
+        "reason": found["reason"],
+        "score": found["score"],
+        "signals": found["signals"],
+        "reject_score": found["reject_score"],
+        "soft_score": found["soft_score"],
+        "why": why,
+    }
+
+
+def video_explanations(
+    batch_dir: Path, baseline: Baseline | None, video_id: str, limit: int
+) -> dict[str, Any]:
+    """The served batch run's flagged count of a video and its latest `limit` refused or flagged
+    views with their scores and signals (`explained`, newest ingestion first)."""
+    if baseline is None:
+        return {"flagged": 0, "explained": {"batch_run_id": None, "views": []}}
+    found = explanations_of_video(batch_dir, baseline.run_id, video_id)
+    views = (
+        [] if found is None else [{k: v for k, v in row.items() if v is not None} for row in found[:limit]]
+    )
+    return {
+        "flagged": baseline.get(video_id).flagged,
+        "explained": {
+            "batch_run_id": baseline.run_id,
+            "batch_cutoff": baseline.cutoff,
+            "kept": found is not None,
+            "views": views,
+        },
     }

@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 from counting import rules
 from counting.event import VIDEO_ID_PATTERN
 from counting.settings import Settings
-from serving_layer.admin import is_admin, raw_events
+from serving_layer.admin import event_verdict, is_admin, logged_event, raw_events, video_explanations
 from serving_layer.baselines import BaselineCache
 from serving_layer.cache import ReadCache
 from serving_layer.errors import StoreUnavailable
@@ -27,13 +27,14 @@ from serving_layer.fast_path import STATS_PATH, PlainStats
 from serving_layer.live import live_stream
 from serving_layer.metrics import instrument
 from serving_layer.payouts import creator_payouts
-from serving_layer.schemas import ERRORS, CreatorPayouts, error_answer, unavailable
+from serving_layer.schemas import ERRORS, CreatorPayouts, ErrorAnswer, error_answer, unavailable
 from serving_layer.speed import top_videos
 from serving_layer.stats import REDIS_ERRORS, Answer, StatsReader, encode_json, now_ms
 from serving_layer.timeseries import DEFAULT_BUCKETS, MAX_BUCKETS, read_series
 
 STATIC = FilePath(__file__).parent / "static"
 VideoIdPath = Annotated[str, Path(pattern=VIDEO_ID_PATTERN, description="the video id")]
+EventIdPath = Annotated[str, Path(min_length=1, max_length=64, description="the event id the client sent")]
 UserIdQuery = Annotated[str | None, Query(min_length=1, max_length=64, description="the asking user")]
 
 
@@ -197,7 +198,29 @@ def create_app(settings: Settings) -> FastAPI:
             return error_answer(401, "x-admin-key", "missing or wrong admin key")
         raw = await asyncio.to_thread(raw_events, settings.raw_dir, video_id, limit)
         counts = await reader.stats(video_id)
-        return {"video_id": video_id, "rejected": counts["rejected"], **raw}
+        baseline = reader.baselines.get()
+        explained = await asyncio.to_thread(video_explanations, settings.batch_dir, baseline, video_id, limit)
+        return {"video_id": video_id, "rejected": counts["rejected"], **explained, **raw}
+
+    @app.get(
+        "/v1/admin/events/{event_id}",
+        responses={404: {"model": ErrorAnswer, "description": "the Parquet log does not hold the event"}},
+    )
+    async def admin_event(event_id: EventIdPath, x_admin_key: Annotated[str | None, Header()] = None) -> Any:
+        """Why the served batch run refused, flagged or accepted one logged event: its verdict,
+        score and the signals that fired, with the event's first copy (admin key required)."""
+        if not is_admin(x_admin_key, settings.admin_key):
+            return error_answer(401, "x-admin-key", "missing or wrong admin key")
+        event, copies = await asyncio.to_thread(logged_event, settings.raw_dir, event_id)
+        if event is None:
+            reason = (
+                f"{event_id!r} is not in the Parquet log: the archiver writes accepted events there "
+                "within a minute or two of the ingest accepting them; check the id, or try again"
+            )
+            return error_answer(404, "event_id", reason)
+        baseline = reader.baselines.get()
+        verdict = await asyncio.to_thread(event_verdict, settings.batch_dir, baseline, event)
+        return {"event_id": event_id, "copies_in_log": copies, **verdict, "event": event}
 
     @app.get("/v1/videos/{video_id}/live")
     async def live(video_id: VideoIdPath, request: Request) -> StreamingResponse:

@@ -21,7 +21,7 @@ import pyarrow.dataset as ds
 import pytest
 import redis
 
-from counting import oracle, rules
+from counting import bots, oracle, rules
 from counting.catalog import CatalogRow
 from counting.event import Event
 from counting.logschema import EVENT_COLUMNS
@@ -33,6 +33,7 @@ from tally.loadgen import post_traffic
 from tally.speedview import counter_caught_up, wait_until, watermark
 from tally.stack import Stack, settings_env
 from tally.traffic_run import generate_items
+from tests.rulesfiles import BAD_JA3, IMPOSSIBLE_AGENT
 from warehouse.migrate import migrate
 from warehouse.store import open_store, upsert_catalog
 
@@ -110,6 +111,37 @@ def _stats(api: httpx.Client, video: str, **params: str) -> dict[str, Any]:
     return body
 
 
+def _check_explanations(
+    api: httpx.Client, settings: Settings, events: list[Event], raw: dict[str, Any], run_id: str
+) -> None:
+    """The admin routes' verdicts of SOLO's views, the other events and an unknown id, against the
+    oracle: refused and flagged views with their reason, signals and score, the others accepted."""
+    admin = {"x-admin-key": settings.admin_key}
+    judged = [j for j in oracle.judged_views(oracle.dedup(events)) if j.event.video_id == SOLO]
+    explained = {j.event.event_id for j in judged if j.outcome == oracle.REJECTED or j.flagged}
+    assert {"bot-1", "bot-2", "flag-1"} <= explained
+    assert {v["event_id"] for v in raw["explained"]["views"]} == explained
+    assert raw["flagged"] == oracle.count(events)[SOLO].flagged == 1
+    for j in judged:
+        body = api.get(f"/v1/admin/events/{j.event.event_id}", headers=admin)
+        assert body.status_code == 200, body.text
+        answer = body.json()
+        assert answer["batch_run_id"] == run_id and answer["event"]["event_id"] == j.event.event_id
+        signals = bots.SHIPPED.signals_of(j.mask)
+        if j.event.event_id in explained:
+            verdict = "rejected" if j.outcome == oracle.REJECTED else "flagged"
+            assert (answer["verdict"], answer["reason"]) == (verdict, j.reason), j
+            assert answer["signals"] == [s.name for s in signals]
+            assert answer["score"] == bots.score(signals)
+        else:
+            assert answer["verdict"] == "accepted", j
+    beat = next(e for e in events if e.video_id == SOLO and e.type == "heartbeat")
+    assert api.get(f"/v1/admin/events/{beat.event_id}", headers=admin).json()["verdict"] == "not_judged"
+    assert api.get("/v1/admin/events/bot-1").status_code == 401
+    missing = api.get("/v1/admin/events/no-such-event", headers=admin)
+    assert missing.status_code == 404 and missing.json()["errors"][0]["field"] == "event_id"
+
+
 def _check_reads(settings: Settings, events: list[Event], expect_degraded: bool = False) -> None:
     """Stats (with and without user_id), timeseries and trending against the oracle."""
     truth = oracle.count(events)
@@ -182,14 +214,20 @@ def test_every_route_answers_the_oracle_before_and_after_redis_loss(
         "watch_secs": 40.0,
         "user_agent": "HeadlessChrome/120",
     }
+    # A view from a browser that does not exist (refused) and one with a bad TLS fingerprint alone
+    # (counted, flagged): what the admin routes explain.
+    impossible = {**bot, "event_id": "bot-2", "session_id": "bot-2", "user_agent": IMPOSSIBLE_AGENT}
+    flagged = {**bot, "event_id": "flag-1", "session_id": "flag-1", "user_agent": BROWSER, "ja3": BAD_JA3}
     with httpx.Client(base_url=f"http://127.0.0.1:{settings.ingest_port}", timeout=10) as api:
         answer = api.post(
-            "/v1/events", json={"events": [bot]}, headers={"x-collector-key": settings.collector_key}
+            "/v1/events",
+            json={"events": [bot, impossible, flagged]},
+            headers={"x-collector-key": settings.collector_key},
         )
         assert answer.status_code == 202, answer.text
     single_ids = _single_route_traffic(settings)
 
-    acknowledged = {e.event_id for e in sent.events} | set(single_ids) | {"bot-1"}
+    acknowledged = {e.event_id for e in sent.events} | set(single_ids) | {"bot-1", "bot-2", "flag-1"}
     cutoff = int(time.time() * 1000) // settings.bucket_ms * settings.bucket_ms + settings.bucket_ms
     _settle(settings, redis_client, cutoff)
     events = _logged(settings)
@@ -231,7 +269,9 @@ def test_every_route_answers_the_oracle_before_and_after_redis_loss(
         assert raw.status_code == 200, raw.text
         solo = [e for e in events if e.video_id == SOLO]
         assert raw.json()["distinct_events"] == len({e.event_id for e in solo})
-        assert raw.json()["rejected"] == oracle.count(events)[SOLO].rejected == {"scripted_agent": 1}
+        truth = oracle.count(events)[SOLO]
+        assert raw.json()["rejected"] == truth.rejected == {"scripted_agent": 1, "impossible_agent": 1}
+        _check_explanations(api, settings, events, raw.json(), result.run_id)
 
         with api.stream("GET", f"/v1/videos/{SOLO}/live") as live:
             assert live.headers["content-type"].startswith("text/event-stream")

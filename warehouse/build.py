@@ -15,6 +15,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 import sqlalchemy as sa
 
 from counting.bots import REASONS
@@ -22,12 +23,14 @@ from counting.logschema import LOG_COLUMNS, PARTITION_COLUMNS
 from counting.settings import Settings
 from warehouse.baseline import REJECTED_COLUMNS, baseline_schema, read_pointer
 from warehouse.errors import WarehouseBuildError
+from warehouse.explanations import EXPLAINED_SCHEMA, explained_path
 from warehouse.models import MODELS_DIR, Model, literal, load_models, render
 
 # Written in a storage format that DuckDB 1.x command lines read too (a 2.0 file needs a 2.0 CLI).
 STORAGE_COMPATIBILITY = "v1.0.0"
 
 _SQL_TYPES = {"string": "varchar", "int64": "bigint", "double": "double"}
+_ARROW_SQL = {"string": "varchar", "int64": "bigint", "double": "double", "list<item: string>": "varchar[]"}
 
 # The relational store's tables the builder copies in (DuckDB cannot load its sqlite extension
 # offline), with the DuckDB types the staging models read.
@@ -113,6 +116,15 @@ def _has_files(folder: Path, pattern: str) -> bool:
     return folder.is_dir() and any(folder.glob(pattern))
 
 
+def _with_columns(folder: Path, columns: list[tuple[str, str]]) -> str:
+    """The Parquet files of `folder`, with each of `columns` they lack (files of a run made before
+    the column was added) as zeros."""
+    present = set(pq.read_schema(next(folder.glob("*.parquet"))).names)
+    missing = ", ".join(f"cast(0 as {kind}) as {name}" for name, kind in columns if name not in present)
+    relation = _parquet(str(folder / "*.parquet"))
+    return f"(select *, {missing} from {relation})" if missing else relation
+
+
 def _baseline_columns() -> list[tuple[str, str]]:
     return [(f.name, "varchar" if pa.types.is_string(f.type) else "bigint") for f in baseline_schema()]
 
@@ -139,9 +151,15 @@ def model_variables(settings: Settings) -> tuple[dict[str, str], str | None]:
     ]
     daily_dir = settings.batch_dir.resolve() / str(run_id) / "daily_video"
     if run_id is not None and _has_files(daily_dir, "*.parquet"):
-        variables["daily_video"] = _parquet(str(daily_dir / "*.parquet"))
+        variables["daily_video"] = _with_columns(daily_dir, daily_columns)
     else:
         variables["daily_video"] = _empty_relation(daily_columns)
+    explained_columns = [(f.name, _ARROW_SQL[str(f.type)]) for f in EXPLAINED_SCHEMA]
+    explained_dir = explained_path(settings.batch_dir.resolve(), str(run_id))
+    if run_id is not None and _has_files(explained_dir, "*.parquet"):
+        variables["explained_views"] = _parquet(str(explained_dir / "*.parquet"))
+    else:
+        variables["explained_views"] = _empty_relation(explained_columns)
     if pointer is not None:
         variables["baseline"] = _parquet(str(settings.baselines_dir.resolve() / str(pointer["path"])))
     else:

@@ -38,8 +38,9 @@ def test_every_action_and_stage_of_the_job_is_reported_with_its_hottest_methods(
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result == json.loads(output.read_text())
     names = [name for name, _ in result["actions"]]
-    # The job: distinct values, kept log, retries, busy pairs, baseline, then the two writes.
-    assert names.count("toArrow") == 2 and names.count("parquet") == 2
+    # The job: distinct values, kept log, retries, busy pairs, baseline, then the three writes
+    # (daily rows, per-bucket series, explanations).
+    assert names.count("toArrow") == 2 and names.count("parquet") == 3
     assert names.count("localCheckpoint") >= 3
     assert 0 < result["actions_seconds"] <= result["job_seconds"]
     assert 0 <= result["idle_seconds"] < result["job_seconds"]

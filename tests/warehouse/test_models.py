@@ -17,6 +17,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from batch_layer.payouts import run_payouts
+from counting import bots
 from counting.catalog import CatalogRow
 from counting.event import Event
 from counting.settings import Settings
@@ -269,6 +270,25 @@ def test_mart_rejected_by_reason_day(built: tuple[BuildReport, int]) -> None:
     )
     assert [r[:4] for r in rows] == [(D1, "scripted_agent", 1, 1), (D2, "datacenter_ip", 1, 1)]
     assert [float(r[4]) for r in rows] == [1.0, 1.0]
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_mart_explained_views_says_why_each_view_was_refused(built: tuple[BuildReport, int]) -> None:
+    report, _ = built
+    rows = _query(
+        report,
+        "select date, event_id, video_id, creator_id, verdict, reason, score, signals, signal_count "
+        "from mart_explained_views",
+    )
+    assert rows == [
+        (D1, "e5", "v2", "c1", "rejected", "scripted_agent", 1.0, "scripted_agent", 1),
+        (D2, "e6", "v2", "c1", "rejected", "datacenter_ip", 1.2, "datacenter_ip + bad_ja3", 2),
+    ]
+    thresholds = _query(
+        report, "select distinct reject_score, soft_score, rules_version from mart_explained_views"
+    )
+    assert thresholds == [(1.0, 0.5, bots.SHIPPED.version)]
 
 
 @pytest.mark.slow
