@@ -183,6 +183,9 @@ class BotFilter:
         self.is_scripted_agent: Callable[[str | None], bool] = lru_cache(maxsize=65_536)(
             self._is_scripted_agent
         )
+        self.is_impossible_agent: Callable[[str | None], bool] = lru_cache(maxsize=65_536)(
+            self._is_impossible_agent
+        )
         # The rejection reason of every mask (None: not rejected): `rejection_reason` evaluated once
         # per combination of signals, so a hot path decides a view with one lookup.
         self.rejection_by_mask: tuple[str | None, ...] = tuple(
@@ -200,7 +203,7 @@ class BotFilter:
         """No user agent, or a blank one."""
         return user_agent is None or not user_agent.strip()
 
-    def is_impossible_agent(self, user_agent: str | None) -> bool:
+    def _is_impossible_agent(self, user_agent: str | None) -> bool:
         """An agent no real client sends (the rules' `impossible_pattern`); a missing one is not."""
         return not self.is_missing_agent(user_agent) and self._impossible.search(user_agent or "") is not None
 
@@ -286,15 +289,31 @@ class BotFilter:
         """The mask of every signal of a view, from its client's mask (`client_mask`), its watch
         time and its windows (views from its address in the 60 s up to it, views of its video by
         its viewer in its day, whether it stopped near the threshold on a bunched video day, and
-        distinct agents from its address in its hour). An allowed address never shows the
-        velocity or the rotation signal."""
+        distinct agents from its address in its hour): `static_mask` and `window_mask`."""
+        return self.static_mask(client, watch_secs, duration_secs) | self.window_mask(
+            client, address_minute_views, viewer_day_views, bunched, address_agents
+        )
+
+    def static_mask(self, client: int, watch_secs: float | None, duration_secs: float | None) -> int:
+        """The signals a view shows without any window: its client's and its watch time's."""
         mask = client & ~ALLOWED_BIT
         if self.is_watch_anomaly(watch_secs, duration_secs):
             mask |= _WATCH_BIT
         if self.is_low_watch_ratio(watch_secs, duration_secs):
             mask |= _RATIO_BIT
-        if bunched:
-            mask |= _BUNCHING_BIT
+        return mask
+
+    def window_mask(
+        self,
+        client: int,
+        address_minute_views: int,
+        viewer_day_views: int,
+        bunched: bool = False,
+        address_agents: int = 0,
+    ) -> int:
+        """The signals of a view's windows. An allowed address (`client` holds ALLOWED_BIT) never
+        shows the velocity or the rotation signal."""
+        mask = _BUNCHING_BIT if bunched else 0
         if not client & ALLOWED_BIT:
             if self.is_high_velocity(address_minute_views):
                 mask |= _VELOCITY_BIT
@@ -306,7 +325,7 @@ class BotFilter:
 
     def is_static_reject(self, client: int, watch_secs: float | None, duration_secs: float | None) -> bool:
         """Whether a view's static signals (its client's and its watch time's) reject it alone."""
-        return self.rejection_by_mask[self.view_mask(client, watch_secs, duration_secs, 0, 0)] is not None
+        return self.rejection_by_mask[self.static_mask(client, watch_secs, duration_secs)] is not None
 
     def signals_of(self, mask: int) -> list[Signal]:
         """The signals of a mask, in MASK_ORDER."""

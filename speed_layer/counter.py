@@ -241,13 +241,13 @@ class _PlanBuilder:
         observe = windows.observe_view
         rejected = self.plan.rejected
         bot_filter = self._bots
-        client_mask, view_mask, rejected_field = (
+        client_mask, static_mask, window_mask, rejected_field = (
             bot_filter.client_mask,
-            bot_filter.view_mask,
+            bot_filter.static_mask,
+            bot_filter.window_mask,
             self._rejected_field,
         )
         is_near, is_bunched = bot_filter.is_near_threshold, bot_filter.is_bunched
-        is_static_reject = bot_filter.is_static_reject
         observe_qualified = windows.observe_qualified
         stamped, stamp, short_mark, reaction_mark = -1, "", "", ""
         for event in events:
@@ -283,21 +283,15 @@ class _PlanBuilder:
                 if not rules.is_qualified_view(event):
                     ops.extend((_SHORT, offset, m, event_id, b, short_mark))
                     continue
-                near = is_near(event.watch_secs, event.video_duration_secs)
+                watch, duration = event.watch_secs, event.video_duration_secs
+                near = is_near(watch, duration)
                 client = client_mask(event.user_agent, event.ip, event.ja3)
-                weighed = first_copy and not is_static_reject(
-                    client, event.watch_secs, event.video_duration_secs
-                )
+                static = static_mask(client, watch, duration)
+                # Bunching weighs the views no static signal rejects alone.
+                weighed = first_copy and rejected_field[static] is None
                 near_views, qualified_views = observe_qualified(ts, video_id, near, weighed)
-                mask = view_mask(
-                    client,
-                    event.watch_secs,
-                    event.video_duration_secs,
-                    address_views,
-                    viewer_views,
-                    near and is_bunched(near_views, qualified_views),
-                    address_agents,
-                )
+                bunched = near and is_bunched(near_views, qualified_views)
+                mask = static | window_mask(client, address_views, viewer_views, bunched, address_agents)
                 if mask and (reason := rejected_field[mask]) is not None:
                     ops.extend((_REJECT, offset, m, event_id, b, f"{stamp}|{reason}", reason))
                     rejected[reason] = rejected.get(reason, 0) + 1

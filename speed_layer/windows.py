@@ -5,6 +5,7 @@ count per (video, day) with those stopping near the threshold, counted in worker
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left, bisect_right, insort
 from typing import Generic, TypeVar
 
@@ -51,9 +52,11 @@ class ViewWindows:
     """Running window counts of the views one worker has seen (every view, counted or not)."""
 
     def __init__(self) -> None:
-        # Per minute, the times of the views from each address (sorted): the 60 s up to a view lie
+        # Per minute, the times of the views from each address: the time of its one view, or the
+        # sorted times in an array (an int or an array is not tracked by the cyclic garbage
+        # collector, where a list is: millions of them cost scan time). The 60 s up to a view lie
         # in its minute and the one before.
-        self._address: _Windows[list[int]] = _Windows(KEEP_MINUTES)
+        self._address: _Windows[int | array[int]] = _Windows(KEEP_MINUTES)
         # Per hour, each address's agent, or the set of them once it has shown two.
         self._agents: _Windows[str | set[str]] = _Windows(KEEP_HOURS)
         # Keyed by one string (video, separator, viewer) rather than a tuple: a dict of strings and
@@ -82,10 +85,62 @@ class ViewWindows:
         agent: str | None = None,
     ) -> tuple[int, int, int]:
         """`observe` from the fields it needs (the counter's hot path has them at hand)."""
+        # The windows' updates, inlined: this runs once per view on the counter's hot path.
         address_views = address_agents = 0
         if ip is not None:
-            address_views = self._address_views(ip, ts, count)
-            address_agents = self._address_agents(ip, ts, agent, count)
+            # Views from the address in the 60 s up to `ts`: the minute's times up to it, and those
+            # of the minute before from `ts` - 59,999 ms on.
+            minute = ts // _MINUTE_MS
+            by_minute = self._address.counts
+            times_of = by_minute.get(minute) or self._address.open(minute)
+            if times_of is None:
+                address_views = 1
+            else:
+                times = times_of.get(ip)
+                if times is None:  # the address's first view this minute (most are): its time
+                    if count:
+                        times_of[ip] = ts
+                    address_views = 1
+                elif times.__class__ is int:  # its second: both times, sorted, in an array
+                    if count:
+                        times_of[ip] = array("q", (times, ts) if times <= ts else (ts, times))
+                    address_views = (times <= ts) + count or 1
+                else:
+                    if count:
+                        insort(times, ts)  # type: ignore[arg-type]
+                    address_views = bisect_right(times, ts) or 1  # type: ignore[arg-type]
+                before = by_minute.get(minute - 1)
+                if before is not None and (earlier := before.get(ip)) is not None:
+                    start = ts - _SPAN_MS
+                    if earlier.__class__ is int:
+                        address_views += earlier >= start
+                    else:
+                        address_views += len(earlier) - bisect_left(earlier, start)  # type: ignore[arg-type]
+            # Distinct agents from the address this hour: one agent, or the set of them once two.
+            hour = ts // _HOUR_MS
+            agents_of = self._agents.counts.get(hour) or self._agents.open(hour)
+            if agents_of is None:
+                address_agents = 1 if agent else 0
+            else:
+                seen = agents_of.get(ip)
+                if seen is None:
+                    if agent and count:
+                        agents_of[ip] = agent
+                    address_agents = 1 if agent else 0
+                elif seen.__class__ is str:
+                    if not agent or agent == seen:
+                        address_agents = 1
+                    else:
+                        if count:
+                            agents_of[ip] = {seen, agent}
+                        address_agents = 2
+                else:
+                    if agent and agent not in seen:
+                        if count:
+                            seen.add(agent)  # type: ignore[union-attr]
+                        else:
+                            address_agents = 1
+                    address_agents += len(seen)
         step = 1 if count else 0
         day = ts // _DAY_MS
         by_viewer = self._viewer.counts.get(day) or self._viewer.open(day)
@@ -95,47 +150,6 @@ class ViewWindows:
         viewer_views = by_viewer.get(key, 0) + step
         by_viewer[key] = viewer_views
         return address_views, viewer_views if viewer_views > 1 else 1, address_agents
-
-    def _address_views(self, ip: str, ts: int, count: bool) -> int:
-        """The views from `ip` seen with times in the 60 s up to `ts` (at least 1: this one)."""
-        minute = ts // _MINUTE_MS
-        windows = self._address.counts
-        by_address = windows.get(minute) or self._address.open(minute)
-        if by_address is None:
-            return 1
-        times = by_address.get(ip)
-        if times is None:
-            times = by_address[ip] = []
-        if count:
-            insort(times, ts)
-        seen = bisect_right(times, ts)
-        before = windows.get(minute - 1)
-        if before is not None and (earlier := before.get(ip)) is not None:
-            seen += len(earlier) - bisect_left(earlier, ts - _SPAN_MS)
-        return seen if seen > 1 else 1
-
-    def _address_agents(self, ip: str, ts: int, agent: str | None, count: bool) -> int:
-        """The distinct agents from `ip` seen in the hour of `ts` (a missing or empty agent is none)."""
-        hour = ts // _HOUR_MS
-        by_address = self._agents.counts.get(hour) or self._agents.open(hour)
-        if by_address is None:
-            return 1 if agent else 0
-        seen = by_address.get(ip)
-        if seen is None:
-            if agent and count:
-                by_address[ip] = agent
-            return 1 if agent else 0
-        if isinstance(seen, str):
-            if not agent or agent == seen:
-                return 1
-            if count:
-                by_address[ip] = {seen, agent}
-            return 2
-        if agent and agent not in seen:
-            if not count:
-                return len(seen) + 1
-            seen.add(agent)
-        return len(seen)
 
     def observe_qualified(self, ts: int, video_id: str, near: bool, count: bool = True) -> tuple[int, int]:
         """Count a view long enough to count (unless `count` is false: a copy already counted), and
