@@ -89,43 +89,33 @@ def _is_qualified() -> Column:
 _AGENT = "_agent"
 
 
-def _address_counts(views: DataFrame) -> DataFrame:
-    """Per (ip, minute, agent) the views: one aggregate over the views, from which both address
-    signals add up (nearly every key is distinct: no partial aggregation)."""
-    counts = (
-        views.where(F.col("ip").isNotNull())
-        .groupBy("ip", "minute", _AGENT)
-        .agg(F.count(F.lit(1)).alias("_views"))
-    )
-    with partial_aggregation_bypassed(views.sparkSession):
-        return counts.localCheckpoint(eager=True)
-
-
-def _busy_views(views: DataFrame, counts: DataFrame, bot_filter: BotFilter) -> DataFrame:
+def _busy_views(views: DataFrame, bot_filter: BotFilter) -> DataFrame:
     """The (ip, ts) of `is_high_velocity` views, with a true `_busy`: those that some 60 s of
     event time holding them (`rules.VELOCITY_WINDOW_MS`) hold with more views from their address
     than the limit, as the oracle's `address_windows` finds them.
 
-    Any 60 s lie in two consecutive minutes, so only minutes m whose views with those of m - 1
-    pass the limit (a pair `_hot` names by m) may hold such views, in m - 1 and m. The views of
-    the addresses' minutes around them (m - 2 to m + 1) are windowed by address and time: each
-    view's 60 s up to it (`_ending`), then the busiest of those ending in the 60 s from it. Views
-    outside such minutes see fewer views than there are, and fewer still are under the limit."""
+    Any 60 s lie in two consecutive minutes, so one of those holds more than half the limit: only
+    such heavy (address, minute) pairs (few: bots) and the minutes two either side of them may hold
+    busy views and all the views their 60 s reach. Those views are windowed by address and time:
+    each view's 60 s up to it (`_ending`), then the busiest of those ending in the 60 s from it.
+    Views of other minutes are not busy: no window is computed for them."""
     limit = bot_filter.max_views_per_address_minute
-    per_minute = counts.groupBy("ip", "minute").agg(F.sum("_views").alias("_views"))
-    before = per_minute.select("ip", (F.col("minute") + 1).alias("minute"), F.col("_views").alias("_before"))
-    hot = (
-        per_minute.join(before, on=["ip", "minute"], how="left")
-        .where(F.col("_views") + F.coalesce(F.col("_before"), F.lit(0)) > F.lit(limit))
-        .select("ip", F.col("minute").alias("_hot"))
+    heavy = (
+        views.where(F.col("ip").isNotNull())
+        .groupBy("ip", "minute")
+        .agg(F.count(F.lit(1)).alias("_views"))
+        .where(F.col("_views") > F.lit(limit // 2))
     )
-    around = hot.select("ip", F.explode(F.sequence(F.col("_hot") - 2, F.col("_hot") + 1)).alias("minute"))
-    around = around.distinct().localCheckpoint(eager=True)
-    if around.isEmpty():
+    with partial_aggregation_bypassed(views.sparkSession):  # nearly every pair is distinct
+        heavy = heavy.localCheckpoint(eager=True)
+    if heavy.isEmpty():
         return views.sparkSession.createDataFrame([], "ip string, ts long, _busy boolean")
+    around = heavy.select(
+        "ip", F.explode(F.sequence(F.col("minute") - 2, F.col("minute") + 2)).alias("minute")
+    )
     by_time = Window.partitionBy("ip").orderBy("ts")
     span = rules.VELOCITY_WINDOW_MS - 1
-    near = views.join(F.broadcast(around), on=["ip", "minute"], how="left_semi").select("ip", "ts")
+    near = views.join(F.broadcast(around.distinct()), on=["ip", "minute"], how="left_semi").select("ip", "ts")
     ending = near.withColumn("_ending", F.count(F.lit(1)).over(by_time.rangeBetween(-span, 0)))
     busiest = F.max("_ending").over(by_time.rangeBetween(0, span))
     return (
@@ -136,12 +126,22 @@ def _busy_views(views: DataFrame, counts: DataFrame, bot_filter: BotFilter) -> D
     )
 
 
-def _rotating_addresses(counts: DataFrame, bot_filter: BotFilter) -> DataFrame:
-    """The (ip, hour) pairs of `is_agent_rotation`, with a true `_rotating`: few (bots)."""
-    hour = floor_div("minute", rules.HOUR_MS // rules.MINUTE_MS).alias("hour")
+def _rotating_addresses(views: DataFrame, bot_filter: BotFilter) -> DataFrame:
+    """The (ip, hour) pairs of `is_agent_rotation`, with a true `_rotating`: few (bots). Only the
+    pairs that show two agents or more (their least and greatest agent hash differ) have their
+    agents counted."""
+    with_agent = views.where(F.col("ip").isNotNull() & F.col(_AGENT).isNotNull())
+    several = (
+        with_agent.groupBy("ip", "hour")
+        .agg(F.min(_AGENT).alias("_least"), F.max(_AGENT).alias("_greatest"))
+        .where(F.col("_least") != F.col("_greatest"))
+        .select("ip", "hour")
+    )
+    with partial_aggregation_bypassed(views.sparkSession):
+        several = several.localCheckpoint(eager=True)
     return (
-        counts.where(F.col(_AGENT).isNotNull())
-        .groupBy("ip", hour)
+        with_agent.join(F.broadcast(several), on=["ip", "hour"], how="left_semi")
+        .groupBy("ip", "hour")
         .agg(F.count_distinct(_AGENT).alias("_agents"))
         .where(is_agent_rotation(F.col("_agents"), bot_filter))
         .select("ip", "hour", F.lit(True).alias("_rotating"))
@@ -163,9 +163,8 @@ def _not_allowed(pairs: DataFrame, bot_filter: BotFilter) -> DataFrame:
 def _address_signals(views: DataFrame, bot_filter: BotFilter) -> tuple[DataFrame, DataFrame]:
     """The two address signals of the views: the (ip, ts) of busy views (`_busy_views`) and the
     (ip, hour) of rotating addresses (`_rotating_addresses`), but for the allow-list's addresses."""
-    counts = _address_counts(views)
-    busy = _not_allowed(_busy_views(views, counts, bot_filter), bot_filter)
-    rotating = _not_allowed(_rotating_addresses(counts, bot_filter), bot_filter)
+    busy = _not_allowed(_busy_views(views, bot_filter), bot_filter)
+    rotating = _not_allowed(_rotating_addresses(views, bot_filter), bot_filter)
     return busy, rotating
 
 
