@@ -29,8 +29,8 @@ from warehouse.models import MODELS_DIR, Model, literal, load_models, render
 # Written in a storage format that DuckDB 1.x command lines read too (a 2.0 file needs a 2.0 CLI).
 STORAGE_COMPATIBILITY = "v1.0.0"
 
-_SQL_TYPES = {"string": "varchar", "int64": "bigint", "double": "double"}
-_ARROW_SQL = {"string": "varchar", "int64": "bigint", "double": "double", "list<item: string>": "varchar[]"}
+# SQL types by the log schema's kinds, which are also Arrow's names of those types.
+_SQL_TYPES = {"string": "varchar", "int64": "bigint", "double": "double", "list<item: string>": "varchar[]"}
 
 # The relational store's tables the builder copies in (DuckDB cannot load its sqlite extension
 # offline), with the DuckDB types the staging models read.
@@ -154,7 +154,7 @@ def model_variables(settings: Settings) -> tuple[dict[str, str], str | None]:
         variables["daily_video"] = _with_columns(daily_dir, daily_columns)
     else:
         variables["daily_video"] = _empty_relation(daily_columns)
-    explained_columns = [(f.name, _ARROW_SQL[str(f.type)]) for f in EXPLAINED_SCHEMA]
+    explained_columns = [(f.name, _SQL_TYPES[str(f.type)]) for f in EXPLAINED_SCHEMA]
     explained_dir = explained_path(settings.batch_dir.resolve(), str(run_id))
     if run_id is not None and _has_files(explained_dir, "*.parquet"):
         variables["explained_views"] = _parquet(str(explained_dir / "*.parquet"))
