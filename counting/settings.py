@@ -39,6 +39,17 @@ class Settings(BaseSettings):
     ingest_workers: int = Field(default=1, gt=0, description="ingest API processes sharing its port")
     serving_host: str = "127.0.0.1"
     serving_port: int = 8000
+    serving_workers: int = Field(default=1, gt=0, description="serving API processes sharing its port")
+    counters: int = Field(
+        default=1,
+        gt=0,
+        description="counter processes of the local stack (one consumer group: they share the partitions)",
+    )
+    archivers: int = Field(
+        default=1,
+        gt=0,
+        description="archiver processes of the local stack (one consumer group: they share the partitions)",
+    )
     spark_master: str = "local[2]"
     archiver_flush_ms: int = Field(default=1_000, gt=0, description="longest an archiver batch waits")
     counter_flush_ms: int = Field(default=100, gt=0, description="longest a counter batch waits")

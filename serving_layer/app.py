@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from datetime import date
@@ -240,7 +241,8 @@ def create_app(settings: Settings) -> FastAPI:
 
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
-        """Readiness: Redis answers or a baseline is published (something can be served)."""
+        """Readiness: Redis answers or a baseline is published (something can be served); `process`:
+        the id of the process that answered (several may share the port)."""
         redis_ok = True
         try:
             await redis.ping()
@@ -248,7 +250,12 @@ def create_app(settings: Settings) -> FastAPI:
             redis_ok = False
         baseline = baselines.get()
         ready = redis_ok or baseline is not None
-        body = {"ready": ready, "redis": redis_ok, "baseline_run_id": baseline.run_id if baseline else None}
+        body = {
+            "ready": ready,
+            "redis": redis_ok,
+            "baseline_run_id": baseline.run_id if baseline else None,
+            "process": os.getpid(),
+        }
         return JSONResponse(status_code=200 if ready else 503, content=body)
 
     stats_route = next(r for r in app.routes if isinstance(r, APIRoute) and r.path == STATS_PATH)

@@ -24,10 +24,20 @@ def main(argv: list[str] | None = None) -> None:
         default=10.0,
         help="seconds before the broker hands a dead worker's partitions on (default 10)",
     )
+    parser.add_argument(
+        "--instance",
+        type=int,
+        default=1,
+        help="which of several processes of this worker on the machine (from 1): moves its metrics port",
+    )
     args = parser.parse_args(argv)
+    if args.instance < 1:
+        parser.error(f"--instance must be 1 or more (got {args.instance})")
     from counting.settings import Settings
 
-    sys.exit(run_worker(args.worker, Settings(), args.loglevel, args.group, args.session_timeout))
+    sys.exit(
+        run_worker(args.worker, Settings(), args.loglevel, args.group, args.session_timeout, args.instance)
+    )
 
 
 if __name__ == "__main__":

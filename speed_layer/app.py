@@ -47,10 +47,15 @@ SESSION_TIMEOUT_S = 10.0
 
 
 def _faust_app(
-    worker: str, settings: Settings, group: str | None, session_timeout: float = SESSION_TIMEOUT_S
+    worker: str,
+    settings: Settings,
+    group: str | None,
+    session_timeout: float = SESSION_TIMEOUT_S,
+    instance: int = 1,
 ) -> faust.App:
     name = app_id(worker, settings, group)
-    datadir = settings.run_dir / "faust" / name
+    # Processes of one group on one machine each keep their own data directory.
+    datadir = settings.run_dir / "faust" / (name if instance == 1 else f"{name}-{instance}")
     datadir.parent.mkdir(parents=True, exist_ok=True)
     return faust.App(
         name,
@@ -116,9 +121,10 @@ def create_counter_app(
     group: str | None = None,
     crash: OnCrash | None = None,
     session_timeout: float = SESSION_TIMEOUT_S,
+    instance: int = 1,
 ) -> faust.App:
     """The counter: events topic -> micro-batches -> one atomic Redis write per partition plan."""
-    app = _faust_app("counter", settings, group, session_timeout)
+    app = _faust_app("counter", settings, group, session_timeout, instance)
     events_topic = app.topic(settings.events_topic, key_serializer="raw", value_serializer="raw")
     dead_letter_topic = app.topic(settings.dead_letter_topic, key_serializer="raw", value_serializer="raw")
     client = aioredis.Redis.from_url(settings.redis_url)
@@ -208,9 +214,10 @@ def create_archiver_app(
     group: str | None = None,
     crash: OnCrash | None = None,
     session_timeout: float = SESSION_TIMEOUT_S,
+    instance: int = 1,
 ) -> faust.App:
     """The archiver: events topic -> Parquet log files, then Kafka commits; publishes the watermark."""
-    app = _faust_app("archiver", settings, group, session_timeout)
+    app = _faust_app("archiver", settings, group, session_timeout, instance)
     events_topic = app.topic(settings.events_topic, key_serializer="raw", value_serializer="raw")
     client = aioredis.Redis.from_url(settings.redis_url)
     log = ParquetLog(settings.raw_dir, settings.events_topic)

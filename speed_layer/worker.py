@@ -11,7 +11,8 @@ from speed_layer import logs, metrics
 from speed_layer.app import SESSION_TIMEOUT_S, CrashSwitch, create_archiver_app, create_counter_app
 
 WORKERS = {"counter": create_counter_app, "archiver": create_archiver_app}
-# Each worker serves /metrics on faust_web_port plus its offset.
+# Each worker serves /metrics on faust_web_port plus its offset; the n-th process of a kind (the
+# stack may run several) adds twice n - 1: counter 1, archiver 1, counter 2, archiver 2, ...
 METRICS_PORT_OFFSET = {"counter": 0, "archiver": 1}
 # A worker keeps millions of small objects alive (window counts, caches, key sets): with CPython's
 # default thresholds (700, 10, 10) the cyclic collector rescans them so often that it took about 40 %
@@ -28,20 +29,30 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+def metrics_port(settings: Settings, name: str, instance: int = 1) -> int:
+    """The /metrics port of the `instance`-th process (from 1) of the counter or the archiver."""
+    return settings.faust_web_port + METRICS_PORT_OFFSET[name] + len(METRICS_PORT_OFFSET) * (instance - 1)
+
+
 def run_worker(
     name: str,
     settings: Settings,
     loglevel: str = "INFO",
     group: str | None = None,
     session_timeout: float = SESSION_TIMEOUT_S,
+    instance: int = 1,
 ) -> int:
-    """Run the named worker in this process until SIGTERM or SIGINT; return its exit code."""
+    """Run the named worker in this process until SIGTERM or SIGINT; return its exit code.
+    `instance` numbers the processes of one kind on this machine (their metrics ports and Faust
+    data directories differ; they share the consumer group)."""
     crash = CrashSwitch()
-    app = WORKERS[name](settings, group, crash, session_timeout)
+    app = WORKERS[name](settings, group, crash, session_timeout, instance)
     tune_gc()
-    metrics.serve(settings.faust_web_port + METRICS_PORT_OFFSET[name], name, host=settings.faust_web_host)
+    metrics.serve(metrics_port(settings, name, instance), name, host=settings.faust_web_host)
     worker = faust.Worker(app, loglevel=loglevel, quiet=True)
-    logs.info("worker_starting", worker=name, app=app.conf.id, broker=settings.kafka_bootstrap)
+    logs.info(
+        "worker_starting", worker=name, instance=instance, app=app.conf.id, broker=settings.kafka_bootstrap
+    )
     try:
         worker.execute_from_commandline()
     except SystemExit as exc:

@@ -66,7 +66,8 @@ DataDir = Annotated[Path | None, typer.Option(help="data directory (default: TAL
 Worker = Annotated[
     str,
     typer.Argument(
-        help="counter, archiver, ingest, serving or broker (or redis, if the stack started it)",
+        help="counter, archiver, ingest, serving or broker (or redis, if the stack started it); "
+        "counter-2, archiver-2, ... when the stack runs several",
         show_default=False,
     ),
 ]
@@ -86,11 +87,11 @@ def _say(text: str) -> None:
 def _report(change: Change) -> None:
     """One line per process a command stopped, kept or started, then its notes."""
     for process in change.stopped:
-        _say(f"  {process.name:<9} pid {process.pid:<7} stopped")
+        _say(f"  {process.name:<10} pid {process.pid:<7} stopped")
     for process in change.kept:
-        _say(f"  {process.name:<9} pid {process.pid:<7} already running")
+        _say(f"  {process.name:<10} pid {process.pid:<7} already running")
     for process in change.started:
-        _say(f"  {process.name:<9} pid {process.pid:<7} started, log {process.log}")
+        _say(f"  {process.name:<10} pid {process.pid:<7} started, log {process.log}")
     for note in change.notes:
         _say(f"note: {note}")
 
@@ -104,14 +105,34 @@ def up(
         int | None,
         typer.Option(min=1, help="ingest API processes sharing its port (TALLY_INGEST_WORKERS, default 1)"),
     ] = None,
+    serving_workers: Annotated[
+        int | None,
+        typer.Option(min=1, help="serving API processes sharing its port (TALLY_SERVING_WORKERS, default 1)"),
+    ] = None,
+    counters: Annotated[
+        int | None,
+        typer.Option(min=1, help="counter processes: counter, counter-2, ... (TALLY_COUNTERS, default 1)"),
+    ] = None,
+    archivers: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="archiver processes: archiver, archiver-2, ... (TALLY_ARCHIVERS, default 1)"
+        ),
+    ] = None,
 ) -> None:
     """Start the local stack, or what of it is not running.
 
     Broker, Redis, the Faust workers and both APIs; what already runs is kept, with the settings
-    it was started with."""
+    it was started with (to change how many processes run, stop it with 'tally down' first)."""
     from tally.operations import bring_up, command_line
 
-    settings = _settings(data_dir, ingest_workers=ingest_workers)
+    settings = _settings(
+        data_dir,
+        ingest_workers=ingest_workers,
+        serving_workers=serving_workers,
+        counters=counters,
+        archivers=archivers,
+    )
     change = bring_up(settings, reset=reset)
     _report(change)
     if not change.started:
@@ -151,7 +172,7 @@ def status(data_dir: DataDir = None) -> None:
         return
     for name, process, state in rows:
         pid = f"pid {process.pid:<7}" if process is not None else " " * 11
-        _say(f"{name:<9} {pid} {state}")
+        _say(f"{name:<10} {pid} {state}")
 
 
 @app.command()

@@ -31,7 +31,9 @@ from tally.stack import (
     WORKERS,
     Process,
     Stack,
+    kind_and_instance,
     load_stack,
+    process_names,
 )
 from tally.topics import ensure_topics
 
@@ -176,7 +178,9 @@ def bring_up(settings: Settings, reset: bool = False) -> Change:
                 stack.settings, f"rerun with '{command_line(settings, command)}' to start empty"
             )
         ensure_topics(stack.settings)
-        _start_workers(stack, [name for name in WORKERS if stack.find(name) is None], change)
+        _start_workers(
+            stack, [name for name in process_names(stack.settings) if stack.find(name) is None], change
+        )
     except BaseException:
         _undo(stack, change)
         raise
@@ -196,7 +200,7 @@ def bring_down(settings: Settings) -> tuple[list[Process], list[Process]]:
 def worker_names(stack: Stack) -> list[str]:
     """What `start`, `stop` and `restart` act on: Redis only when the stack started it, or would
     (a local Redis URL where nothing answers)."""
-    return [*WORKERS, "broker", *(["redis"] if _manages_redis(stack) else [])]
+    return [*process_names(stack.settings), "broker", *(["redis"] if _manages_redis(stack) else [])]
 
 
 def _manages_redis(stack: Stack) -> bool:
@@ -271,7 +275,7 @@ def _start_broker(stack: Stack, reset: bool, change: Change, retry: str = "start
             f"rerun with '{command_line(settings, retry)}' to wipe it (the running workers restart "
             "on the empty log)",
         )
-    running = [p for p in stack.processes if p.name in WORKERS and p.alive()]
+    running = [p for p in stack.processes if kind_and_instance(p.name)[0] in WORKERS and p.alive()]
     stopping = [*running, *([current] if current is not None else [])]
     stack.stop_processes(stopping)  # by tiers: the APIs, the workers, then the broker
     change.stopped.extend(stopping)
@@ -279,7 +283,9 @@ def _start_broker(stack: Stack, reset: bool, change: Change, retry: str = "start
         reset_state(settings)
     _ensure_service(stack, "broker", change)
     ensure_topics(settings)
-    _start_workers(stack, [name for name in WORKERS if any(p.name == name for p in running)], change)
+    _start_workers(
+        stack, [name for name in process_names(settings) if any(p.name == name for p in running)], change
+    )
     wiped = "; the earlier run's log, baselines and speed state were wiped" if reset else ""
     change.notes.append(
         f"{BROKER_FORGETS}: it started with an empty log, the topics were created again{wiped}"
@@ -351,7 +357,9 @@ def stack_status(settings: Settings) -> list[tuple[str, Process | None, str]] | 
     rows: list[tuple[str, Process | None, str]] = [
         (p.name, p, "running" if p.alive() else "exited") for p in stack.processes
     ]
-    rows += [(name, None, "not running") for name in WORKERS if stack.find(name) is None]
+    rows += [
+        (name, None, "not running") for name in process_names(stack.settings) if stack.find(name) is None
+    ]
     return rows
 
 
@@ -361,9 +369,9 @@ def _port_of(settings: Settings, name: str) -> tuple[int, str]:
         return settings.ingest_port, "TALLY_INGEST_PORT"
     if name == "serving":
         return settings.serving_port, "TALLY_SERVING_PORT"
-    from speed_layer.worker import METRICS_PORT_OFFSET  # imports Faust: only when a worker starts
+    from speed_layer.worker import metrics_port  # imports Faust: only when a worker starts
 
-    return settings.faust_web_port + METRICS_PORT_OFFSET[name], "TALLY_FAUST_WEB_PORT"
+    return metrics_port(settings, *kind_and_instance(name)), "TALLY_FAUST_WEB_PORT"
 
 
 def _start_workers(stack: Stack, names: list[str], change: Change) -> None:
@@ -373,7 +381,8 @@ def _start_workers(stack: Stack, names: list[str], change: Change) -> None:
         port, variable = _port_of(stack.settings, name)
         if _port_taken(port):
             raise StackError(
-                f"port {port} of {LISTENS[name]} is taken by a process this stack did not start: "
+                f"port {port} of {LISTENS[kind_and_instance(name)[0]]} is taken by a process this stack "
+                "did not start: "
                 f"stop that process or set {variable} to a free port"
             )
         process = stack.start_worker(name)
@@ -381,7 +390,7 @@ def _start_workers(stack: Stack, names: list[str], change: Change) -> None:
         started.append(process)
     for process in started:
         port, _ = _port_of(stack.settings, process.name)
-        wait_for_port(port, WORKER_START_S, LISTENS[process.name], Path(process.log))
+        wait_for_port(port, WORKER_START_S, LISTENS[kind_and_instance(process.name)[0]], Path(process.log))
         if not process.alive():
             raise StackError(f"{process.name} exited as it started: see its log at {process.log}")
 

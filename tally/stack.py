@@ -27,6 +27,10 @@ WORKERS: dict[str, list[str]] = {
     "ingest": ["-m", "ingest"],
     "serving": ["-m", "serving_layer"],
 }
+# Kinds the stack may run several processes of, and the setting that says how many: the first is
+# named after its kind, the others `counter-2`, `counter-3`, ... (one consumer group shares the
+# partitions). Several ingest or serving processes share one port: they are one process of the stack.
+SCALED = {"counter": "counters", "archiver": "archivers"}
 # What each worker listens on once it runs (the counter and the archiver: their /metrics).
 LISTENS = {
     "counter": "the counter's metrics",
@@ -121,9 +125,11 @@ class Stack:
         log_dir = self.settings.run_dir / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
         log = log_dir / f"{name}.log"
+        kind, instance = kind_and_instance(name)
+        extra = ["--instance", str(instance)] if instance > 1 else []
         handle = open(log, "ab")  # noqa: SIM115 - the child keeps it
         popen = subprocess.Popen(
-            [sys.executable, *WORKERS[name]],
+            [sys.executable, *WORKERS[kind], *extra],
             env=settings_env(self.settings),
             stdout=handle,
             stderr=subprocess.STDOUT,
@@ -178,7 +184,25 @@ class Stack:
 
 
 def _tier(process: Process) -> tuple[str, ...] | None:
-    return next((tier for tier in STOP_TIERS if process.name in tier), None)
+    kind, _ = kind_and_instance(process.name)
+    return next((tier for tier in STOP_TIERS if kind in tier), None)
+
+
+def process_names(settings: Settings) -> list[str]:
+    """The platform's own processes the stack runs with these settings, in start order."""
+    names: list[str] = []
+    for kind in WORKERS:
+        count = getattr(settings, SCALED[kind]) if kind in SCALED else 1
+        names += [kind, *(f"{kind}-{n}" for n in range(2, count + 1))]
+    return names
+
+
+def kind_and_instance(name: str) -> tuple[str, int]:
+    """`counter-2` -> ("counter", 2); any other name is the first of its kind."""
+    kind, _, number = name.rpartition("-")
+    if kind in SCALED and number.isdigit() and int(number) >= 2:
+        return kind, int(number)
+    return name, 1
 
 
 def start_stack(settings: Settings, reset: bool = False) -> Stack:

@@ -284,7 +284,12 @@ def test_every_route_answers_the_oracle_before_and_after_redis_loss(
         assert page.status_code == 200 and "text/html" in page.headers["content-type"]
         assert api.get("/healthz").json() == {"status": "ok"}
         ready = api.get("/readyz").json()
-        assert ready == {"ready": True, "redis": True, "baseline_run_id": result.run_id}
+        assert ready == {
+            "ready": True,
+            "redis": True,
+            "baseline_run_id": result.run_id,
+            "process": stack.get("serving").pid,
+        }
         metrics = api.get("/metrics")
         assert metrics.status_code == 200 and "tally_" in metrics.text
     with httpx.Client(base_url=f"http://127.0.0.1:{settings.ingest_port}", timeout=10) as api:

@@ -113,3 +113,26 @@ def test_warehouse_build_on_an_empty_data_dir_writes_a_duckdb_file(tmp_path: Pat
     with duckdb.connect(str(built), read_only=True) as db:
         tables = {row[0] for row in db.execute("select table_name from information_schema.tables").fetchall()}
     assert {"mart_daily_video_stats", "mart_top_videos", "mart_creator_payouts"} <= tables
+
+
+def test_the_stack_names_each_process_of_a_scaled_kind() -> None:
+    from tally.stack import kind_and_instance, process_names
+
+    scaled = Settings(counters=3, archivers=2)
+    assert process_names(scaled) == [
+        "counter",
+        "counter-2",
+        "counter-3",
+        "archiver",
+        "archiver-2",
+        "ingest",
+        "serving",
+    ]
+    assert process_names(Settings()) == ["counter", "archiver", "ingest", "serving"]
+    assert [kind_and_instance(n) for n in ("counter", "counter-3", "ingest", "ingest-2", "counter-1")] == [
+        ("counter", 1),
+        ("counter", 3),
+        ("ingest", 1),
+        ("ingest-2", 1),
+        ("counter-1", 1),
+    ]

@@ -148,7 +148,7 @@ def test_up_on_a_running_stack_starts_nothing_and_keeps_the_record(running: tupl
     assert again.exit_code == 0, again.output
     assert "nothing to start" in again.output
     for name, pid in before.items():
-        assert f"{name:<9} pid {pid:<7} already running" in again.output
+        assert f"{name:<10} pid {pid:<7} already running" in again.output
     assert _pids(settings) == before
     assert all(_alive(pid) for pid in _pids(settings).values())
 
@@ -202,14 +202,14 @@ def test_stop_then_start_one_worker(running: tuple[Settings, Result]) -> None:
     stopped = _tally(settings, "stop", "serving")
 
     assert stopped.exit_code == 0, stopped.output
-    assert f"serving   pid {before['serving']:<7} stopped" in stopped.output
+    assert f"serving    pid {before['serving']:<7} stopped" in stopped.output
     assert not _alive(before["serving"])
     assert not is_listening(settings.serving_port)
     assert _pids(settings) == {n: p for n, p in before.items() if n != "serving"}
     assert all(_alive(p) for n, p in before.items() if n != "serving")
     status = _tally(settings, "status")
-    assert f"{'serving':<9} {'':<11} not running" in status.output
-    assert f"counter   pid {before['counter']:<7} running" in status.output
+    assert f"{'serving':<10} {'':<11} not running" in status.output
+    assert f"counter    pid {before['counter']:<7} running" in status.output
 
     started = _tally(settings, "start", "serving")
 
@@ -219,7 +219,7 @@ def test_stop_then_start_one_worker(running: tuple[Settings, Result]) -> None:
     assert is_listening(settings.serving_port)
     again = _tally(settings, "start", "serving")
     assert again.exit_code == 0, again.output
-    assert f"serving   pid {serving:<7} already running" in again.output
+    assert f"serving    pid {serving:<7} already running" in again.output
     assert _pids(settings)["serving"] == serving
 
 
