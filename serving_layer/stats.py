@@ -12,6 +12,7 @@ from redis.exceptions import RedisError
 
 from counting import rules, values
 from counting.bots import RulesInUse
+from counting.display import readable
 from counting.settings import Settings
 from serving_layer.baselines import BaselineCache
 from serving_layer.cache import ReadCache
@@ -112,6 +113,10 @@ class StatsReader:
             "dislikes": merged.dislikes,
             "unique_viewers": merged.unique_viewers,
             "watching_now": merged.watching_now,
+            "views_display": readable(merged.views),
+            "likes_display": readable(merged.likes),
+            "dislikes_display": readable(merged.dislikes),
+            "unique_viewers_display": readable(merged.unique_viewers),
             "rejected": merged.rejected,
             "as_of": now,
             "batch_cutoff": baseline.cutoff if baseline else None,

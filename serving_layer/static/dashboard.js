@@ -8,7 +8,12 @@ let video = new URLSearchParams(location.search).get("video");
 function fmt(n) { return Number(n).toLocaleString("en-US"); }
 
 function show(stats) {
-  for (const f of FIELDS) document.getElementById(f).textContent = fmt(stats[f]);
+  for (const f of FIELDS) {
+    const cell = document.getElementById(f);
+    // The readable count ("1.2M") where the answer has one; the exact number on hover.
+    cell.textContent = stats[`${f}_display`] ?? fmt(stats[f]);
+    cell.title = `${fmt(stats[f])} exactly`;
+  }
   const cutoff = stats.batch_cutoff ? new Date(stats.batch_cutoff).toISOString() : "none yet";
   document.getElementById("asof").textContent =
     `as of ${new Date(stats.as_of).toISOString()} · batch cutoff ${cutoff}` + (stats.approx ? " · approximate" : "");

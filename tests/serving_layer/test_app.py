@@ -161,3 +161,20 @@ def test_lost_speed_state_is_flagged(
 
     assert (_counts(answer), answer["approx"]) == (_oracle(history.events, "merged", run.cutoff), True)
     assert "tally speed rebuild" in answer["degraded"][0]
+
+
+def test_readable_counts_stand_beside_the_exact_ones(
+    api: TestClient, settings: Settings, tally: Writers
+) -> None:
+    e = Events(settings.bucket_ms, prefix="readable")
+    bucket = closed_bucket(settings)
+    events = e.views("v1", bucket, *(f"u{n}" for n in range(1_234)))
+    events += [e.reaction("like", "v1", bucket, f"u{n}") for n in range(3)]
+    tally.ingest(events)
+    tally.count()
+
+    answer = api.get("/v1/videos/v1/stats").json()
+
+    assert _counts(answer) == _oracle(events, "v1") == (1_234, 3, 0, 1_234)
+    shown = {f: answer[f"{f}_display"] for f in ("views", "likes", "dislikes", "unique_viewers")}
+    assert shown == {"views": "1.2K", "likes": "3", "dislikes": "0", "unique_viewers": "1.2K"}
