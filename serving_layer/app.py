@@ -32,6 +32,7 @@ from serving_layer.schemas import ERRORS, CreatorPayouts, ErrorAnswer, error_ans
 from serving_layer.speed import top_videos
 from serving_layer.stats import REDIS_ERRORS, Answer, StatsReader, encode_json, now_ms
 from serving_layer.timeseries import DEFAULT_BUCKETS, MAX_BUCKETS, read_series
+from serving_layer.trends import trends_router
 
 STATIC = FilePath(__file__).parent / "static"
 VideoIdPath = Annotated[str, Path(pattern=VIDEO_ID_PATTERN, description="the video id")]
@@ -88,6 +89,8 @@ def create_app(settings: Settings) -> FastAPI:
     @app.exception_handler(StoreUnavailable)
     async def _unavailable(_: Any, exc: StoreUnavailable) -> JSONResponse:
         return unavailable(exc)
+
+    app.include_router(trends_router(settings, redis))
 
     @app.get(STATS_PATH, response_model=dict[str, Any])
     async def stats(video_id: VideoIdPath, user_id: UserIdQuery = None) -> Response:
@@ -146,27 +149,6 @@ def create_app(settings: Settings) -> FastAPI:
             points = await read_series(None, baselines, video_id, max(start_bucket, 0), end_bucket, bucket_ms)
             degraded = True
         return {"video_id": video_id, "bucket_ms": bucket_ms, "points": points, "approx": degraded}
-
-    @app.get("/v1/trending")
-    async def trending(
-        window_buckets: Annotated[
-            int, Query(ge=1, le=MAX_BUCKETS, description="how many recent buckets")
-        ] = 6,
-        limit: Annotated[int, Query(ge=1, le=100)] = 10,
-    ) -> dict[str, Any]:
-        """Top videos by counted views over the last `window_buckets` speed buckets."""
-        bucket = now_ms() // settings.bucket_ms
-        try:
-            top = await top_videos(redis, bucket - window_buckets + 1, bucket, limit)
-        except REDIS_ERRORS as exc:
-            raise StoreUnavailable(
-                f"trending needs the speed layer and Redis is not reachable at {settings.redis_url} ({exc})"
-            ) from exc
-        return {
-            "window_buckets": window_buckets,
-            "bucket_ms": settings.bucket_ms,
-            "videos": [{"video_id": v, "views": n} for v, n in top],
-        }
 
     @app.get("/v1/creators/{creator_id}/payouts", response_model=CreatorPayouts)
     async def payouts(

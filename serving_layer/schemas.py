@@ -70,3 +70,36 @@ class CreatorPayouts(BaseModel):
     creator_id: str
     history: bool
     payouts: list[PayoutAnswer]
+
+
+class TrendingVideo(BaseModel):
+    """A video of a trending answer: its counted views in the window; by velocity also its views a
+    minute in the window and in the baseline before it, and the rise (`counting.trends`)."""
+
+    video_id: str
+    views: int
+    views_per_minute: float | None = None
+    baseline_per_minute: float | None = None
+    rise: float | None = None
+
+
+class TrendingAnswer(BaseModel):
+    by: str
+    window_buckets: int
+    baseline_buckets: int | None = None
+    bucket_ms: int
+    as_of: int
+    videos: list[TrendingVideo]
+
+
+class RankAnswer(BaseModel):
+    """A video's place by counted views over the last `window_buckets` speed buckets: `rank` from 1
+    (ties by video id), null when it has no views there; `of`: the videos with views there."""
+
+    video_id: str
+    window_buckets: int
+    bucket_ms: int
+    as_of: int
+    views: int
+    rank: int | None
+    of: int

@@ -14,6 +14,7 @@ from redis.exceptions import NoScriptError
 
 from counting import keys, rules
 from counting.bots import REASONS
+from counting.trends import Place
 
 
 @dataclass
@@ -140,6 +141,46 @@ async def top_videos(redis: Redis, from_bucket: int, to_bucket: int, n: int) -> 
     ranked = [(_text(member), int(score)) for member, score in rows]
     ranked.sort(key=lambda row: (-row[1], row[0]))
     return ranked
+
+
+async def window_views(redis: Redis, from_bucket: int, to_bucket: int) -> dict[str, int]:
+    """Every video's counted views in buckets from_bucket..to_bucket (inclusive), from the per-bucket
+    trending sorted sets; videos without views there are left out."""
+    if to_bucket < from_bucket:
+        return {}
+    names = [keys.trending(b) for b in range(from_bucket, to_bucket + 1)]
+    temp = f"{keys.PREFIX}:trending:tmp:{uuid.uuid4().hex}"
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.zunionstore(temp, names)
+        pipe.zrange(temp, 0, -1, withscores=True)
+        pipe.delete(temp)
+        _, rows, _ = await pipe.execute()
+    return {_text(member): int(score) for member, score in rows if int(score) > 0}
+
+
+async def place_in_window(redis: Redis, video_id: str, from_bucket: int, to_bucket: int) -> Place:
+    """A video's place by views in buckets from_bucket..to_bucket (`counting.trends.place_of`), read
+    next to the data: its score, how many videos score more, the ties before it by id, and the
+    number of videos with views."""
+    names = [keys.trending(b) for b in range(from_bucket, to_bucket + 1)]
+    temp = f"{keys.PREFIX}:trending:tmp:{uuid.uuid4().hex}"
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.zunionstore(temp, names)
+        pipe.zscore(temp, video_id)
+        pipe.zcount(temp, "(0", "+inf")
+        _, score, videos = await pipe.execute()
+    try:
+        views = int(score or 0)
+        if views <= 0:
+            return Place(0, None, int(videos))
+        async with redis.pipeline(transaction=False) as pipe:
+            pipe.zcount(temp, f"({views}", "+inf")
+            pipe.zrangebyscore(temp, views, views)
+            ahead, tied = await pipe.execute()
+        before = sum(1 for member in tied if _text(member) < video_id)
+        return Place(views, int(ahead) + before + 1, int(videos))
+    finally:
+        await redis.delete(temp)
 
 
 async def unique_viewers_between(redis: Redis, video_id: str, from_bucket: int, to_bucket: int) -> int:

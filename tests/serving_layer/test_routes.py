@@ -7,6 +7,7 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
+from counting import trends
 from counting.settings import Settings
 from serving_layer.app import create_app
 from tally.services import free_port
@@ -135,3 +136,62 @@ def test_openapi_describes_every_route(api: TestClient) -> None:
         "/v1/admin/videos/{video_id}/raw",
         "/v1/videos/{video_id}/live",
     } <= paths
+
+
+def test_rank_places_a_video_as_the_oracle_does(api: TestClient, settings: Settings, tally: Writers) -> None:
+    e = Events(settings.bucket_ms, prefix="rank")
+    b = time.time_ns() // 1_000_000 // settings.bucket_ms
+    events = [
+        *e.views("a", b, *(f"a{i}" for i in range(5))),
+        *e.views("b", b, *(f"b{i}" for i in range(3))),
+        *e.views("c", b - 1, *(f"c{i}" for i in range(3))),
+        *e.views("d", b - 20, "d0"),  # outside the window
+    ]
+    tally.ingest(events)
+    tally.count()
+    per_bucket = trends.bucket_views(events, settings.bucket_ms)
+
+    for video, want_rank in (("c", 3), ("a", 1), ("d", None)):
+        answer = api.get(f"/v1/videos/{video}/rank", params={"window_buckets": 5}).json()
+        first, last, _, _ = trends.windows(answer["as_of"], settings.bucket_ms, 5, 0)
+        place = trends.place_of(video, trends.window_views(per_bucket, first, last))
+        assert (answer["views"], answer["rank"], answer["of"]) == (place.views, place.rank, place.of)
+        assert answer["rank"] == want_rank
+    answer = api.get("/v1/videos/a/rank", params={"window_buckets": 0})
+    assert (answer.status_code, answer.json()["errors"][0]["field"]) == (422, "window_buckets")
+
+
+def test_trending_by_velocity_puts_the_rising_video_first(
+    api: TestClient, settings: Settings, tally: Writers
+) -> None:
+    e = Events(settings.bucket_ms, prefix="velocity")
+    b = time.time_ns() // 1_000_000 // settings.bucket_ms
+    events = e.views("rising", b, *(f"r{i}" for i in range(10)))
+    for back in range(0, 8):
+        events += e.views("steady", b - back, *(f"s{back}-{i}" for i in range(2)))
+    tally.ingest(events)
+    tally.count()
+
+    answer = api.get("/v1/trending", params={"by": "velocity", "window_buckets": 2}).json()
+
+    first, last, base_first, base_last = trends.windows(answer["as_of"], settings.bucket_ms, 2, 6)
+    per_bucket = trends.bucket_views(events, settings.bucket_ms)
+    expected = trends.velocities(
+        trends.window_views(per_bucket, first, last),
+        trends.window_views(per_bucket, base_first, base_last),
+        answer["as_of"],
+        settings.bucket_ms,
+        2,
+        6,
+    )
+    served = [
+        (v["video_id"], v["views"], v["views_per_minute"], v["baseline_per_minute"], v["rise"])
+        for v in answer["videos"]
+    ]
+    assert served == [
+        (v.video_id, v.recent_views, v.views_per_minute, v.baseline_per_minute, v.rise) for v in expected
+    ]
+    assert [v[0] for v in served] == ["rising", "steady"]
+    assert (answer["by"], answer["baseline_buckets"]) == ("velocity", 6)
+    answer = api.get("/v1/trending", params={"by": "speed"})
+    assert (answer.status_code, answer.json()["errors"][0]["field"]) == (422, "by")

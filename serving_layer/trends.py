@@ -1,0 +1,109 @@
+"""The trending routes: top videos by views or by velocity over recent speed buckets, and one
+video's rank (the rules: `counting.trends`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Path, Query
+from redis.asyncio import Redis
+
+from counting import trends
+from counting.event import VIDEO_ID_PATTERN
+from counting.settings import Settings
+from serving_layer.errors import StoreUnavailable
+from serving_layer.schemas import RankAnswer, TrendingAnswer, TrendingVideo
+from serving_layer.speed import place_in_window, top_videos, window_views
+from serving_layer.stats import REDIS_ERRORS, now_ms
+from serving_layer.timeseries import MAX_BUCKETS
+
+WindowBuckets = Annotated[
+    int, Query(ge=1, le=MAX_BUCKETS, description="how many recent buckets, the current one included")
+]
+
+
+def trends_router(settings: Settings, redis: Redis) -> APIRouter:
+    router = APIRouter()
+
+    def unreachable(exc: Exception) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"trending needs the speed layer and Redis is not reachable at {settings.redis_url} ({exc})"
+        )
+
+    @router.get("/v1/trending", response_model=TrendingAnswer, response_model_exclude_none=True)
+    async def trending(
+        window_buckets: WindowBuckets = 6,
+        limit: Annotated[int, Query(ge=1, le=100)] = 10,
+        by: Annotated[
+            Literal["views", "velocity"],
+            Query(description="views: most counted views; velocity: fastest rising against its own past"),
+        ] = "views",
+        baseline_buckets: Annotated[
+            int,
+            Query(
+                ge=1,
+                le=MAX_BUCKETS,
+                description="velocity: the buckets before the window it is weighed against",
+            ),
+        ] = trends.DEFAULT_BASELINE_BUCKETS,
+    ) -> TrendingAnswer:
+        """Top videos over the last `window_buckets` speed buckets: by counted views, or by velocity
+        (views a minute in the window against the `baseline_buckets` before it)."""
+        now = now_ms()
+        first, last, base_first, base_last = trends.windows(
+            now, settings.bucket_ms, window_buckets, baseline_buckets
+        )
+        try:
+            if by == "views":
+                top = await top_videos(redis, first, last, limit)
+                videos = [TrendingVideo(video_id=v, views=n) for v, n in top]
+            else:
+                recent = await window_views(redis, first, last)
+                baseline = await window_views(redis, base_first, base_last)
+                found = trends.velocities(
+                    recent, baseline, now, settings.bucket_ms, window_buckets, baseline_buckets
+                )
+                videos = [
+                    TrendingVideo(
+                        video_id=v.video_id,
+                        views=v.recent_views,
+                        views_per_minute=v.views_per_minute,
+                        baseline_per_minute=v.baseline_per_minute,
+                        rise=v.rise,
+                    )
+                    for v in found[:limit]
+                ]
+        except REDIS_ERRORS as exc:
+            raise unreachable(exc) from exc
+        return TrendingAnswer(
+            by=by,
+            window_buckets=window_buckets,
+            baseline_buckets=baseline_buckets if by == "velocity" else None,
+            bucket_ms=settings.bucket_ms,
+            as_of=now,
+            videos=videos,
+        )
+
+    @router.get("/v1/videos/{video_id}/rank", response_model=RankAnswer)
+    async def rank(
+        video_id: Annotated[str, Path(pattern=VIDEO_ID_PATTERN, description="the video id")],
+        window_buckets: WindowBuckets = 6,
+    ) -> RankAnswer:
+        """The video's place by counted views over the last `window_buckets` speed buckets."""
+        now = now_ms()
+        first, last, _, _ = trends.windows(now, settings.bucket_ms, window_buckets, 0)
+        try:
+            place = await place_in_window(redis, video_id, first, last)
+        except REDIS_ERRORS as exc:
+            raise unreachable(exc) from exc
+        return RankAnswer(
+            video_id=video_id,
+            window_buckets=window_buckets,
+            bucket_ms=settings.bucket_ms,
+            as_of=now,
+            views=place.views,
+            rank=place.rank,
+            of=place.of,
+        )
+
+    return router
