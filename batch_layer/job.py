@@ -23,6 +23,7 @@ from batch_layer.errors import BatchError, CutoffBehindServed, InvalidRunId
 from batch_layer.explain import write_explained
 from batch_layer.extract import read_log
 from batch_layer.payouts import payouts_of_classified, save_computed_payouts
+from batch_layer.reach import creator_viewers, write_creator_viewers
 from batch_layer.rules_used import save_run_rules
 from batch_layer.series import bucket_totals, write_series
 from batch_layer.session import session_for
@@ -99,6 +100,8 @@ def compute_batch(
             write_explained(settings, run_id, classified, bot_filter)
             payouts = None
             if videos is not None:
+                reach = creator_viewers(session, classified, videos.values())
+                write_creator_viewers(settings, run_id, reach)
                 rows = payouts_of_classified(
                     session, settings, run_id, cutoff_ms, classified, videos, bot_filter.version
                 )
@@ -151,16 +154,18 @@ def run_batch(
     run_id: str | None = None,
     spark: SparkSession | None = None,
     force: bool = False,
+    videos: Mapping[str, CatalogRow] | None = None,
 ) -> BatchResult:
     """Recompute from the log ingested before `cutoff_ms`, write aside, then publish the baseline,
-    unvalidated (the gated path is `tally batch run`, or the Airflow DAG).
+    unvalidated (the gated path is `tally batch run`, or the Airflow DAG); with the catalog's
+    `videos`, also the payouts and the creators' reach (see `compute_batch`).
 
     A failure before the switch leaves the previous baseline published. A cutoff older than the
     served baseline's is refused unless `force`.
     """
     if not force:
         require_not_behind_served(settings, cutoff_ms)
-    result = compute_batch(settings, cutoff_ms, run_id, spark)
+    result = compute_batch(settings, cutoff_ms, run_id, spark, videos)
     publish_batch(settings, result)
     return result
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -196,4 +196,43 @@ def count(
             counts.dislikes += 1
     for event in kept:
         result.setdefault(event.video_id, VideoCounts())
+    return result
+
+
+@dataclass
+class CreatorCounts:
+    """Exact counts of a creator's videos together: the sums of their counts, and the viewers of
+    any of them counted once (a creator's reach)."""
+
+    views: int = 0
+    likes: int = 0
+    dislikes: int = 0
+    unique_viewers: int = 0
+
+
+def creator_counts(
+    events: Iterable[Event],
+    creators: Mapping[str, str],
+    cutoff: int | None = None,
+    bot_filter: BotFilter | None = None,
+) -> dict[str, CreatorCounts]:
+    """Per creator of `creators` (video id -> creator id), as of the cutoff; videos of no creator
+    are left out."""
+    kept = list(events)
+    result: dict[str, CreatorCounts] = {}
+    for video_id, counts in count(kept, cutoff, bot_filter).items():
+        creator = creators.get(video_id)
+        if creator is None:
+            continue
+        total = result.setdefault(creator, CreatorCounts())
+        total.views += counts.views
+        total.likes += counts.likes
+        total.dislikes += counts.dislikes
+    viewers: dict[str, set[str]] = defaultdict(set)
+    for event in counted_views(kept, cutoff, bot_filter):
+        creator = creators.get(event.video_id)
+        if creator is not None:
+            viewers[creator].add(rules.viewer_of(event))
+    for creator, seen in viewers.items():
+        result[creator].unique_viewers = len(seen)
     return result

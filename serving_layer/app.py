@@ -23,6 +23,7 @@ from counting.settings import Settings
 from serving_layer.admin import event_verdict, is_admin, logged_event, raw_events, video_explanations
 from serving_layer.baselines import BaselineCache
 from serving_layer.cache import ReadCache
+from serving_layer.creators import creators_router
 from serving_layer.errors import StoreUnavailable
 from serving_layer.fast_path import STATS_PATH, PlainStats
 from serving_layer.live import live_stream
@@ -91,6 +92,7 @@ def create_app(settings: Settings) -> FastAPI:
         return unavailable(exc)
 
     app.include_router(trends_router(settings, redis))
+    app.include_router(creators_router(settings, redis, baselines))
 
     @app.get(STATS_PATH, response_model=dict[str, Any])
     async def stats(video_id: VideoIdPath, user_id: UserIdQuery = None) -> Response:

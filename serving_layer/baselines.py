@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from warehouse.baseline import POINTER, Baseline, current_baseline
+from warehouse.baseline import CREATOR_VIEWERS_DIR, POINTER, Baseline, current_baseline
 
 SERIES_DIR = "bucket_video"
 
@@ -32,6 +32,7 @@ class BaselineCache:
         self._stamp: tuple[int, int] | None = None
         self._baseline: Baseline | None = None
         self._series: dict[str, dict[int, BucketCounts]] | None = None
+        self._reach: dict[str, int] | None = None
 
     def get(self) -> Baseline | None:
         try:
@@ -42,6 +43,7 @@ class BaselineCache:
         if stamp != self._stamp:
             self._baseline = current_baseline(self._dir)
             self._series = None
+            self._reach = None
             self._stamp = stamp
         return self._baseline
 
@@ -53,6 +55,22 @@ class BaselineCache:
         if self._series is None:
             self._series = self._load_series(self._batch_dir / baseline.run_id / SERIES_DIR)
         return self._series.get(video_id, {})
+
+    def creator_viewers(self, creator_id: str) -> int | None:
+        """The creator's exact unique viewers as of the baseline's cutoff: 0 for a creator without
+        counted views, None when no run is published or the run was made without the catalog."""
+        baseline = self.get()
+        if baseline is None or self._batch_dir is None:
+            return None
+        if self._reach is None:
+            path = self._batch_dir / baseline.run_id / CREATOR_VIEWERS_DIR
+            if not path.exists():
+                return None
+            table = pq.read_table(path).to_pydict()
+            self._reach = dict(
+                zip(table["creator_id"], (int(n) for n in table["unique_viewers"]), strict=True)
+            )
+        return self._reach.get(creator_id, 0)
 
     @staticmethod
     def _load_series(path: Path) -> dict[str, dict[int, BucketCounts]]:

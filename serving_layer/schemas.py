@@ -103,3 +103,22 @@ class RankAnswer(BaseModel):
     views: int
     rank: int | None
     of: int
+
+
+class CreatorStats(BaseModel):
+    """A creator's videos together: the sums of their served counts, and `unique_viewers`, the
+    viewers of any of them counted once (exact from the batch up to its cutoff, then the speed
+    layer's first sightings; `approx` when a video outgrew its exact viewer set)."""
+
+    creator_id: str
+    videos: int
+    views: int
+    likes: int
+    dislikes: int
+    unique_viewers: int
+    views_display: str
+    unique_viewers_display: str
+    as_of: int
+    batch_cutoff: int | None
+    approx: bool
+    degraded: list[str]

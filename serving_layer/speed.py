@@ -195,5 +195,54 @@ async def unique_viewers_between(redis: Redis, video_id: str, from_bucket: int, 
     return int(await redis.pfcount(*names))
 
 
+async def new_viewers(redis: Redis, video_ids: list[str], from_bucket: int) -> int | None:
+    """How many viewers the speed layer first counted, across `video_ids` together, in a bucket
+    >= from_bucket: the viewers of their exact viewer sets (digest -> first bucket) whose earliest
+    first bucket over the videos is there. None when a video outgrew its exact set (only a
+    HyperLogLog is left of it): then no exact answer exists."""
+    if not video_ids:
+        return 0
+    names = [keys.viewers(v) for v in video_ids]
+    async with redis.pipeline(transaction=False) as pipe:
+        for name in names:
+            pipe.type(name)
+        kinds = [_text(kind) for kind in await pipe.execute()]
+    if any(kind not in ("hash", "none") for kind in kinds):
+        return None
+    async with redis.pipeline(transaction=False) as pipe:
+        for name, kind in zip(names, kinds, strict=True):
+            if kind == "hash":
+                pipe.hgetall(name)
+        sets = await pipe.execute()
+    first: dict[bytes, int] = {}
+    for viewers in sets:
+        for digest, bucket in viewers.items():
+            b = int(bucket)
+            if b < first.get(digest, b + 1):
+                first[digest] = b
+    return sum(1 for b in first.values() if b >= from_bucket)
+
+
+async def viewers_estimate(redis: Redis, video_ids: list[str]) -> int:
+    """Distinct viewers the speed layer ever counted across `video_ids` (HyperLogLog union, within
+    about 1 %): the exact sets' digests are added to a scratch sketch beside the others."""
+    names = [keys.viewers(v) for v in video_ids]
+    async with redis.pipeline(transaction=False) as pipe:
+        for name in names:
+            pipe.type(name)
+        kinds = [_text(kind) for kind in await pipe.execute()]
+    scratch = f"{keys.PREFIX}:reach:tmp:{uuid.uuid4().hex}"
+    try:
+        for name, kind in zip(names, kinds, strict=True):
+            if kind == "hash":
+                digests = await redis.hkeys(name)
+                if digests:
+                    await redis.pfadd(scratch, *digests)
+        sketches = [name for name, kind in zip(names, kinds, strict=True) if kind == "string"]
+        return int(await redis.pfcount(scratch, *sketches))
+    finally:
+        await redis.delete(scratch)
+
+
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value

@@ -8,7 +8,7 @@ import asyncio
 import itertools
 import shutil
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 
 from batch_layer.job import BatchResult, compute_batch, publish_batch, run_batch
 from batch_layer.session import build_session
+from counting.catalog import CatalogRow
 from counting.event import Event, stamped
 from counting.settings import Settings
 from counting.wire import encode_events, partition_for, record_key
@@ -121,15 +122,21 @@ class Writers:
         assert watermark is not None, "the log holds every record of the topic: the sample is satisfied"
         return watermark
 
-    def batch(self, cutoff_ms: int, run_id: str | None = None, publish: bool = True) -> BatchResult:
+    def batch(
+        self,
+        cutoff_ms: int,
+        run_id: str | None = None,
+        publish: bool = True,
+        videos: Mapping[str, CatalogRow] | None = None,
+    ) -> BatchResult:
         """Run the batch job on the log below the cutoff and publish its baseline (`run_batch`), or
-        only compute it (`compute_batch`)."""
+        only compute it (`compute_batch`); with the catalog's `videos`, payouts and reach too."""
         if self._spark is None:
             raise ValueError("Writers(settings, spark=...) runs the batch: give it the spark fixture")
         spark = running_session(self._spark(), self.settings)
         if publish:
-            return run_batch(self.settings, cutoff_ms, run_id=run_id, spark=spark)
-        return compute_batch(self.settings, cutoff_ms, run_id=run_id, spark=spark)
+            return run_batch(self.settings, cutoff_ms, run_id=run_id, spark=spark, videos=videos)
+        return compute_batch(self.settings, cutoff_ms, run_id=run_id, spark=spark, videos=videos)
 
     def _end_offsets(self) -> dict[int, int]:
         """The topic's end offsets, as the watermark samples them from the broker."""

@@ -19,6 +19,9 @@ from counting.bots import REASONS
 from warehouse.errors import BaselineError
 
 POINTER = "CURRENT"
+# A run's folder under the batch directory that holds each creator's exact unique viewers as of its
+# cutoff (creator_id, unique_viewers): written by the batch, read by the serving layer.
+CREATOR_VIEWERS_DIR = "creator_viewers"
 COUNT_COLUMNS: tuple[str, ...] = (
     "views",
     "likes",

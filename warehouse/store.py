@@ -222,6 +222,15 @@ def catalog(store: Store) -> dict[str, CatalogRow]:
         }
 
 
+def creator_videos(store: Store, creator_id: str) -> list[str]:
+    """The ids of a creator's videos in the catalog, in id order."""
+    with _transaction(store) as connection:
+        query = (
+            sa.select(videos.c.video_id).where(videos.c.creator_id == creator_id).order_by(videos.c.video_id)
+        )
+        return [row.video_id for row in connection.execute(query)]
+
+
 # --- batch runs --------------------------------------------------------------------------------
 
 

@@ -24,6 +24,7 @@ from batch_layer.payouts import (
     payout_events_path,
     run_payouts,
 )
+from batch_layer.reach import creator_viewers_path
 from counting import oracle, rules
 from counting.bots import SHIPPED
 from counting.catalog import CatalogRow
@@ -148,6 +149,13 @@ def test_a_run_computes_its_payouts_in_its_own_session_and_keeps_them_aside(
         events, CUTOFF, catalog_rows(TRAFFIC)
     )
     assert kept == compute_payouts(spark, settings, "run-1", CUTOFF, videos)  # the separate path
+    reach = pq.read_table(creator_viewers_path(settings, "run-1")).to_pylist()
+    creators = {video_id: row.creator_id for video_id, row in videos.items()}
+    truth = oracle.creator_counts(events, creators, CUTOFF)
+    assert {r["creator_id"]: r["unique_viewers"] for r in reach} == {
+        creator: c.unique_viewers for creator, c in truth.items() if c.unique_viewers
+    }
+    assert len(reach) > 1
     with open_store(settings.store_url) as store:
         assert all(ledger_rows(store, r.creator_id) == [] for r in kept)  # written after publish only
     with pytest.raises(PayoutsUnavailable, match="'run-2' has no computed payouts"):

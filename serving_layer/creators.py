@@ -1,0 +1,112 @@
+"""The creator route: a creator's videos together (views, likes, and its reach: unique viewers of
+any of its videos), the batch's exact figures up to the cutoff merged with the speed layer's after
+it, as `counting.oracle.creator_counts` defines them."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import sqlalchemy as sa
+from fastapi import APIRouter, Path
+from fastapi.responses import JSONResponse
+from redis.asyncio import Redis
+from sqlalchemy.exc import SQLAlchemyError
+
+from counting import rules
+from counting.display import readable
+from counting.event import VIDEO_ID_PATTERN
+from counting.settings import Settings
+from serving_layer.baselines import BaselineCache
+from serving_layer.errors import StoreUnavailable
+from serving_layer.schemas import CreatorStats, ErrorAnswer, error_answer
+from serving_layer.speed import new_viewers, read_video, viewers_estimate
+from serving_layer.stats import REDIS_ERRORS, now_ms
+from warehouse.errors import StoreError
+from warehouse.store import creator_videos, open_store
+
+NO_REACH = (
+    "the published batch run was made without the catalog, so it has no exact creator reach: "
+    "unique viewers are an estimate; run 'tally batch run' (it reads the catalog)"
+)
+SKETCHED = "a video of the creator outgrew its exact viewer set: unique viewers are a HyperLogLog estimate"
+
+
+def videos_of(store_url: str, creator_id: str) -> list[str]:
+    """The creator's videos in the catalog (empty when the store has no catalog yet)."""
+    try:
+        with open_store(store_url) as store:
+            if not sa.inspect(store.engine).has_table("videos"):
+                return []
+            return creator_videos(store, creator_id)
+    except (SQLAlchemyError, StoreError) as exc:
+        raise StoreUnavailable(
+            f"the relational store is not readable ({exc}): load the catalog with 'tally catalog load' "
+            "or set TALLY_DATABASE_URL"
+        ) from exc
+
+
+def creators_router(settings: Settings, redis: Redis, baselines: BaselineCache) -> APIRouter:
+    router = APIRouter()
+
+    @router.get(
+        "/v1/creators/{creator_id}/stats",
+        response_model=CreatorStats,
+        responses={404: {"model": ErrorAnswer, "description": "the creator has no video in the catalog"}},
+    )
+    async def creator_stats(
+        creator_id: Annotated[str, Path(pattern=VIDEO_ID_PATTERN, description="the creator id")],
+    ) -> CreatorStats | JSONResponse:
+        """Views, likes, dislikes and unique viewers of the creator's videos together."""
+        videos = await asyncio.to_thread(videos_of, settings.store_url, creator_id)
+        if not videos:
+            return error_answer(
+                404,
+                "creator_id",
+                f"{creator_id!r} has no video in the catalog: load it with 'tally catalog load'",
+            )
+        now = now_ms()
+        baseline = baselines.get()
+        cutoff = baseline.cutoff if baseline else 0
+        from_bucket = rules.bucket_of(cutoff, settings.bucket_ms)
+        views = likes = dislikes = 0
+        for video_id in videos:
+            row = baseline.get(video_id) if baseline else None
+            if row is not None:
+                views, likes, dislikes = views + row.views, likes + row.likes, dislikes + row.dislikes
+        degraded: list[str] = []
+        base_viewers = baselines.creator_viewers(creator_id) if baseline else 0
+        try:
+            for video_id in videos:
+                speed, _ = await read_video(redis, video_id, from_bucket, now, ())
+                views, likes, dislikes = views + speed.views, likes + speed.likes, dislikes + speed.dislikes
+            fresh = await new_viewers(redis, videos, from_bucket)
+            if fresh is not None and base_viewers is not None:
+                unique = base_viewers + fresh
+            else:
+                degraded.append(SKETCHED if fresh is None else NO_REACH)
+                unique = max(base_viewers or 0, await viewers_estimate(redis, videos))
+        except REDIS_ERRORS as exc:
+            if baseline is None:
+                raise StoreUnavailable(
+                    f"Redis is not reachable at {settings.redis_url} and no batch baseline is published "
+                    f"({exc})"
+                ) from exc
+            degraded.append("speed layer unreachable: counts are the batch baseline only")
+            unique = base_viewers or 0
+        return CreatorStats(
+            creator_id=creator_id,
+            videos=len(videos),
+            views=views,
+            likes=likes,
+            dislikes=dislikes,
+            unique_viewers=unique,
+            views_display=readable(views),
+            unique_viewers_display=readable(unique),
+            as_of=now,
+            batch_cutoff=baseline.cutoff if baseline else None,
+            approx=bool(degraded),
+            degraded=degraded,
+        )
+
+    return router
