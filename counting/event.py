@@ -11,10 +11,10 @@ import msgspec
 
 from counting.errors import InvalidEvent
 
-EventType = Literal["view", "like", "unlike", "dislike", "undislike", "heartbeat"]
-EVENT_TYPES: tuple[str, ...] = ("view", "like", "unlike", "dislike", "undislike", "heartbeat")
+EventType = Literal["view", "like", "unlike", "dislike", "undislike", "heartbeat", "leave"]
+EVENT_TYPES: tuple[str, ...] = ("view", "like", "unlike", "dislike", "undislike", "heartbeat", "leave")
 REACTION_TYPES: frozenset[str] = frozenset({"like", "unlike", "dislike", "undislike"})
-SESSION_TYPES: frozenset[str] = frozenset({"view", "heartbeat"})
+SESSION_TYPES: frozenset[str] = frozenset({"view", "heartbeat", "leave"})
 
 VIDEO_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 MAX_FUTURE_MS = 24 * 3_600_000

@@ -55,6 +55,12 @@ def presence(video_id: str) -> str:
     return f"{PREFIX}:{video_tag(video_id)}:presence"
 
 
+def presence_left(video_id: str) -> str:
+    """Sorted set session_id -> time (ms) of its last `leave`: a heartbeat ingested no later is
+    not watching any more, whatever order the counter applies them in."""
+    return f"{PREFIX}:{video_tag(video_id)}:presence-left"
+
+
 def partition_offset(topic: str, partition: int) -> str:
     """The last offset of a partition whose increments are in Redis (exactly-once bookkeeping)."""
     return f"{PREFIX}:offsets:{topic}:{partition}"

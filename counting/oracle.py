@@ -236,3 +236,21 @@ def creator_counts(
     for creator, seen in viewers.items():
         result[creator].unique_viewers = len(seen)
     return result
+
+
+def watching_now(events: Iterable[Event], now_ms: int) -> dict[str, int]:
+    """Per video, the sessions watching at `now_ms` (`rules.is_watching`), from the heartbeats and
+    leaves in any order; videos with none are left out."""
+    beats: dict[tuple[str, str], int] = {}
+    leaves: dict[tuple[str, str], int] = {}
+    for event in events:
+        if event.session_id is None or event.type not in ("heartbeat", "leave"):
+            continue
+        latest = beats if event.type == "heartbeat" else leaves
+        pair = (event.video_id, event.session_id)
+        latest[pair] = max(latest.get(pair, -1), event.ingest_ts or 0)
+    watching: dict[str, int] = defaultdict(int)
+    for (video_id, session), beat in beats.items():
+        if rules.is_watching(beat, leaves.get((video_id, session)), now_ms):
+            watching[video_id] += 1
+    return dict(watching)

@@ -79,3 +79,12 @@ def reaction_order(event: Event) -> tuple[int, str]:
 def first_copy_order(event: Event) -> tuple[int, str]:
     """Among copies of one event_id, the one ingested first is the one that counts."""
     return (event.ingest_ts or 0, event.event_id)
+
+
+def is_watching(last_heartbeat_ms: int | None, last_leave_ms: int | None, now_ms: int) -> bool:
+    """Presence: a session watches while its last heartbeat (by ingestion time) is within
+    PRESENCE_MS of now and no `leave` was ingested at or after it (a leave and a heartbeat of one
+    record share an ingestion time: the leave wins, it is what a session sends last)."""
+    if last_heartbeat_ms is None or last_heartbeat_ms < now_ms - PRESENCE_MS:
+        return False
+    return last_leave_ms is None or last_leave_ms < last_heartbeat_ms

@@ -84,7 +84,7 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
     app = FastAPI(
         title="Tally ingest API",
         version="0.1.0",
-        description="Writes of views, reactions and heartbeats; answers after the broker acknowledged.",
+        description="Writes of views, reactions, heartbeats and leaves, answered once the broker has them.",
         lifespan=lifespan,
     )
 

@@ -9,4 +9,5 @@ SINGLE_ROUTES: tuple[tuple[str, str, str], ...] = (
     ("POST", "/v1/videos/{video_id}/dislike", "dislike"),
     ("DELETE", "/v1/videos/{video_id}/dislike", "undislike"),
     ("POST", "/v1/videos/{video_id}/heartbeat", "heartbeat"),
+    ("DELETE", "/v1/videos/{video_id}/heartbeat", "leave"),
 )

@@ -55,9 +55,9 @@ def viewer_digest(viewer: str) -> str:
 
 
 @lru_cache(maxsize=65_536)
-def _video_keys(video_id: str) -> tuple[str, str, str, str, str]:
-    """(viewers, reactions, presence, bucket-counts key without the bucket number, buckets index)
-    keys of a video: the script reaches a bucket outside the plan by number."""
+def _video_keys(video_id: str) -> tuple[str, str, str, str, str, str]:
+    """(viewers, reactions, presence, bucket-counts key without the bucket number, buckets index,
+    presence leaves) keys of a video: the script reaches a bucket outside the plan by number."""
     counts_prefix = keys.bucket_counts(video_id, 0).removesuffix("0")
     return (
         keys.viewers(video_id),
@@ -65,6 +65,7 @@ def _video_keys(video_id: str) -> tuple[str, str, str, str, str]:
         keys.presence(video_id),
         counts_prefix,
         keys.buckets_index(video_id),
+        keys.presence_left(video_id),
     )
 
 
@@ -146,13 +147,25 @@ class CounterPlan:
 class _Video:
     """The part of a plan about one video: its ops, heartbeats, buckets and marker hashes."""
 
-    __slots__ = ("buckets", "days", "events", "keys", "ops", "presence", "seen", "video_id", "windows")
+    __slots__ = (
+        "buckets",
+        "days",
+        "events",
+        "keys",
+        "leaves",
+        "ops",
+        "presence",
+        "seen",
+        "video_id",
+        "windows",
+    )
 
     def __init__(self, video_id: str) -> None:
         self.video_id = video_id
         self.keys = _video_keys(video_id)
         self.ops: list[object] = []
         self.presence: dict[str, int] = {}
+        self.leaves: dict[str, int] = {}
         self.buckets: dict[int, int] = {}
         self.days: dict[int, int] = {}
         self.windows: dict[int, int] = {}
@@ -261,10 +274,11 @@ class _PlanBuilder:
             if ingest_ts != stamped:  # the markers' values (a record's events share one ingest_ts)
                 stamped, stamp = ingest_ts, str(ingest_ts)
                 short_mark, reaction_mark = stamp + "|s", stamp + "|a"
-            if kind == "heartbeat":
+            if kind == "heartbeat" or kind == "leave":
                 session = event.session_id
-                if session is not None and ingest_ts > video.presence.get(session, -1):
-                    video.presence[session] = ingest_ts
+                latest = video.presence if kind == "heartbeat" else video.leaves
+                if session is not None and ingest_ts > latest.get(session, -1):
+                    latest[session] = ingest_ts
                 continue
             ts = event.ts
             bucket = ingest_ts // bucket_ms
@@ -318,7 +332,7 @@ class _PlanBuilder:
         plan.video_events = {video_id: video.events for video_id, video in self._videos.items()}
         for video_id in sorted(self._videos):
             video = self._videos[video_id]
-            viewers, reactions, presence, prefix, index = video.keys
+            viewers, reactions, presence, prefix, index, left = video.keys
             beats: list[object] = []
             newest = 0
             for session, ingest_ts in video.presence.items():
@@ -326,12 +340,28 @@ class _PlanBuilder:
                 beats.append(session)
                 if ingest_ts > newest:
                     newest = ingest_ts
+            leaves: list[object] = []
+            for session, ingest_ts in video.leaves.items():
+                leaves.append(str(ingest_ts))
+                leaves.append(session)
             trim_below = 0
             if newest and newest - self._trims.get(video_id, 0) >= rules.PRESENCE_MS:
                 trim_below = newest - PRESENCE_KEEP_MS
                 self._trims[video_id] = newest
             plan.videos.append(
-                [video_id, viewers, reactions, presence, trim_below, beats, video.ops, prefix, index]
+                [
+                    video_id,
+                    viewers,
+                    reactions,
+                    presence,
+                    trim_below,
+                    beats,
+                    video.ops,
+                    prefix,
+                    index,
+                    left,
+                    leaves,
+                ]
             )
         return plan
 

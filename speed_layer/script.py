@@ -23,10 +23,13 @@ it touches travel inside it, built by Python from `counting.keys` (each carries 
 
     videos (one entry per video of the plan):
       [video_id, viewers_key, reactions_key, presence_key, presence_trim_below, presence, ops,
-       counts_key_prefix, buckets_index_key]
+       counts_key_prefix, buckets_index_key, presence_left_key, leaves]
       presence: flat [ingest_ts, session_id, ...]: the newest heartbeat of each session (ZADD GT,
                 idempotent, so it needs no offset check), ingest_ts as decimal text (a number
                 would be formatted again by each redis.call); trim_below 0: no trim this time
+      leaves: flat [ingest_ts, session_id, ...]: the newest leave of each session, kept in
+              presence_left_key (ZADD GT); a heartbeat ingested no later than a session's leave
+              is not added, and a leave removes a heartbeat ingested no later
       ops: flat, in offset order; each op is its kind, the offset of its record, then its fields:
         SHORT     offset marker event_id bucket mark
         REJECT    offset marker event_id bucket mark field

@@ -263,7 +263,25 @@ for _, video in ipairs(plan[5]) do
     end
     i = i + width
   end
-  local presence = video[6]
+  -- Presence (`counting.rules.is_watching`): a leave takes the session out unless a heartbeat
+  -- ingested after it is there, and keeps out heartbeats ingested no later that come after it.
+  local presence, leaves, left_key = video[6], video[11], video[10]
+  for j = 1, #leaves, 2 do
+    call('ZADD', left_key, 'GT', leaves[j], leaves[j + 1])
+    local beat = call('ZSCORE', video[4], leaves[j + 1])
+    if beat and tonumber(beat) <= tonumber(leaves[j]) then call('ZREM', video[4], leaves[j + 1]) end
+  end
+  if #presence > 0 and call('EXISTS', left_key) == 1 then
+    local kept = {}
+    for j = 1, #presence, 2 do
+      local gone = call('ZSCORE', left_key, presence[j + 1])
+      if not gone or tonumber(gone) < tonumber(presence[j]) then
+        kept[#kept + 1] = presence[j]
+        kept[#kept + 1] = presence[j + 1]
+      end
+    end
+    presence = kept
+  end
   if #presence > 0 then
     for j = 1, #presence, $chunk do
       call('ZADD', video[4], 'GT', unpack(presence, j, math.min(j + $chunk - 1, #presence)))
@@ -271,6 +289,7 @@ for _, video in ipairs(plan[5]) do
   end
   if video[5] > 0 then
     call('ZREMRANGEBYSCORE', video[4], '-inf', '(' .. digits(video[5]))
+    call('ZREMRANGEBYSCORE', left_key, '-inf', '(' .. digits(video[5]))
   end
 end
 

@@ -79,6 +79,11 @@ def _single_route_traffic(settings: Settings) -> list[str]:
                 api, settings.user_token_secret, "POST", f"/v1/videos/{SOLO}/heartbeat", "alice", beat
             )
         )
+        # erin watches, then leaves at once: she is not watching any more.
+        for method in ("POST", "DELETE"):
+            path = f"/v1/videos/{SOLO}/heartbeat"
+            left = {"ts": now, "session_id": "s-erin"}
+            ids.append(_user_route(api, settings.user_token_secret, method, path, NEVER, left))
         for user, steps in REACTIONS.items():
             for step, (method, kind) in enumerate(steps):
                 body = {"ts": now + step}
@@ -236,7 +241,8 @@ def test_every_route_answers_the_oracle_before_and_after_redis_loss(
 
     # Before any batch: the speed layer alone.
     with httpx.Client(base_url=f"http://127.0.0.1:{settings.serving_port}", timeout=10) as api:
-        assert _stats(api, SOLO)["watching_now"] == 1  # alice's session beat a moment ago
+        answer = _stats(api, SOLO)
+        assert answer["watching_now"] == oracle.watching_now(events, answer["as_of"])[SOLO] == 1  # alice
     _check_reads(settings, events)
 
     # A real batch and a real payout run over the catalog of the traffic.

@@ -16,7 +16,7 @@ def valid_event(kind: str = "view", /, **overrides: Any) -> dict[str, Any]:
     """A valid event of `kind` as the client sends it; `overrides` replace or add fields. `kind`
     is positional only, so any name (even `kind`) can be given as a field."""
     event: dict[str, Any] = {"event_id": "e-1", "type": kind, "video_id": "v0001", "ts": NOW_MS}
-    if kind in ("view", "heartbeat"):
+    if kind in ("view", "heartbeat", "leave"):
         event["session_id"] = "s-1"
     if kind in ("like", "unlike", "dislike", "undislike"):
         event["user_id"] = "u-1"

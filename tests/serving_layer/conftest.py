@@ -83,17 +83,20 @@ class Events:
             ingest_ts=ingest_ts,
         )
 
-    def heartbeat(self, video: str, session: str, ingest_ts: int) -> Event:
-        """A heartbeat of a session ingested at `ingest_ts` (ms)."""
+    def heartbeat(self, video: str, session: str, ingest_ts: int, kind: EventType = "heartbeat") -> Event:
+        """A heartbeat (or, with `kind` "leave", a leave) of a session ingested at `ingest_ts` (ms)."""
         _, event_id, _ = self._next(0)
         return Event(
             event_id=event_id,
-            type="heartbeat",
+            type=kind,
             video_id=video,
             ts=ingest_ts,
             session_id=session,
             ingest_ts=ingest_ts,
         )
+
+    def leave(self, video: str, session: str, ingest_ts: int) -> Event:
+        return self.heartbeat(video, session, ingest_ts, "leave")
 
 
 def _burst(e: Events, video: str, bucket: int, ip: str) -> list[Event]:

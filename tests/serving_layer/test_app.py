@@ -136,6 +136,32 @@ def test_watching_now_counts_the_sessions_that_beat_within_a_minute(
     assert api.get("/v1/videos/v1/stats").json()["watching_now"] == 2
 
 
+def test_a_session_that_left_stops_watching_in_whatever_order_the_counter_applies_it(
+    api: TestClient, settings: Settings, tally: Writers
+) -> None:
+    e = Events(settings.bucket_ms, prefix="leave")
+    now = time.time_ns() // 1_000_000
+    first = [
+        e.heartbeat("v1", "stays", now - 1_000),
+        e.heartbeat("v1", "left", now - 5_000),
+        e.leave("v1", "left", now - 4_000),
+        e.leave("v1", "late-beat", now - 2_000),  # applied before a heartbeat ingested earlier
+        e.leave("v1", "back", now - 9_000),
+        e.heartbeat("v1", "back", now - 3_000),  # left, then came back
+        e.heartbeat("v1", "same-record", now - 1_500),
+        e.leave("v1", "same-record", now - 1_500),  # one record's stamp: the leave wins
+    ]
+    later = [e.heartbeat("v1", "late-beat", now - 6_000), e.leave("v1", "back", now - 8_000)]
+    tally.ingest(first)
+    tally.count()
+    tally.ingest(later)
+    tally.count()
+
+    answer = api.get("/v1/videos/v1/stats").json()
+
+    assert answer["watching_now"] == oracle.watching_now(first + later, answer["as_of"])["v1"] == 2
+
+
 def test_redis_down_serves_the_baseline_marked_approx(settings: Settings, history: History) -> None:
     down = settings.model_copy(update={"redis_url": f"redis://127.0.0.1:{free_port()}/0"})
     run = history.runs[0]
