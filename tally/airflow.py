@@ -1,10 +1,12 @@
 """`tally airflow`: Airflow on this machine (standalone: API server and UI, scheduler, DAG processor,
-triggerer) with the project's DAGs and a metadata database under the data directory."""
+triggerer) with the project's DAGs and a metadata database under the data directory, or in
+PostgreSQL with the LocalExecutor (`--db`, `--executor`: the shape production runs)."""
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -12,10 +14,13 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from counting.settings import Settings
 from tally.errors import StackError
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DAGS_FOLDER = PROJECT_ROOT / "dags"
@@ -28,6 +33,13 @@ TASK_GRACE_SECONDS = 60
 STOP_TIMEOUT_SECONDS = TASK_GRACE_SECONDS + 15
 # Libraries whose INFO logging buries a failed validation's verdict in a task's log.
 NOISY_LOGGERS = ("great_expectations", "alembic", "py4j", "numexpr", "altair", "matplotlib")
+# `tally airflow --executor NAME` (or TALLY_AIRFLOW_EXECUTOR): the executors that run on one machine.
+EXECUTORS = {"local": "LocalExecutor"}
+DB_OPTION = "--db / TALLY_AIRFLOW_DB_URL"
+EXECUTOR_OPTION = "--executor / TALLY_AIRFLOW_EXECUTOR"
+DB_EXAMPLE = "postgresql+psycopg://user:password@host:5432/airflow"
+# How long the metadata database may take to accept a connection before `tally airflow` gives up.
+CONNECT_TIMEOUT_SECONDS = 5
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -42,10 +54,13 @@ def machine_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def airflow_env(settings: Settings, port: int = DEFAULT_PORT) -> dict[str, str]:
+def airflow_env(
+    settings: Settings, port: int = DEFAULT_PORT, db_url: str | None = None, executor: str | None = None
+) -> dict[str, str]:
     """The environment Airflow runs with: its home under the data directory, the project's DAGs
     folder, no examples, the UI and API on 127.0.0.1:`port`, and the settings as TALLY_* variables
-    (so every task reads the same data directory, Redis and bucket width)."""
+    (so every task reads the same data directory, Redis and bucket width); with `db_url` and
+    `executor`, the metadata database and executor too (see `metadata_env`)."""
     from tally.pipeline import settings_env
 
     python_path = os.pathsep.join(p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")) if p)
@@ -65,7 +80,96 @@ def airflow_env(settings: Settings, port: int = DEFAULT_PORT) -> dict[str, str]:
         "PYTHONPATH": python_path,
         # `airflow standalone` starts its components as `airflow …` from the PATH.
         "PATH": os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", ""))),
+        **metadata_env(db_url, executor),
     }
+
+
+def metadata_env(db_url: str | None, executor: str | None) -> dict[str, str]:
+    """The AIRFLOW__ variables of a metadata database in PostgreSQL (`db_url`; None: Airflow's SQLite
+    file under AIRFLOW_HOME) and of an executor by its short name (None: Airflow's default, the
+    LocalExecutor). The async URL is set too: Airflow would derive one for asyncpg, which is not
+    installed; psycopg 3 serves both."""
+    env: dict[str, str] = {}
+    if db_url is not None:
+        url = metadata_url(db_url)
+        env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = url.render_as_string(hide_password=False)
+        env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC"] = url.set(
+            drivername="postgresql+psycopg_async"
+        ).render_as_string(hide_password=False)
+    if executor is not None:
+        env["AIRFLOW__CORE__EXECUTOR"] = executor_class(executor)
+    return env
+
+
+def executor_class(name: str) -> str:
+    """The Airflow executor of a short name (`local` → LocalExecutor)."""
+    try:
+        return EXECUTORS[name.strip().lower()]
+    except KeyError:
+        raise StackError(
+            f"{EXECUTOR_OPTION} must be one of {', '.join(EXECUTORS)} (got {name!r}); a fleet's "
+            "CeleryExecutor or KubernetesExecutor is set with AIRFLOW__CORE__EXECUTOR (see the "
+            "README, 'Airflow like production')"
+        ) from None
+
+
+def metadata_url(db_url: str) -> URL:
+    """The SQLAlchemy URL of a PostgreSQL metadata database, with the installed driver (psycopg 3)."""
+    import sqlalchemy as sa
+
+    try:
+        url = sa.make_url(db_url)
+    except (sa.exc.ArgumentError, ValueError):
+        raise StackError(
+            f"{DB_OPTION} is not a database URL (got {hide_password(db_url)!r}): give one like {DB_EXAMPLE}"
+        ) from None
+    if url.get_backend_name() != "postgresql" or url.get_driver_name() != "psycopg":
+        raise StackError(
+            f"{DB_OPTION} must be a PostgreSQL URL for psycopg 3, the driver installed (got "
+            f"{url.render_as_string(hide_password=True)!r}): give one like {DB_EXAMPLE}"
+        )
+    if not url.database:
+        raise StackError(
+            f"{DB_OPTION} names no database (got {url.render_as_string(hide_password=True)!r}): "
+            f"give one like {DB_EXAMPLE}"
+        )
+    return url.set(drivername="postgresql+psycopg")
+
+
+def hide_password(text: str) -> str:
+    """A URL-like text with the password between `user:` and `@` replaced by ***."""
+    return re.sub(r"(//[^:/@]*:)[^@/]*@", r"\1***@", text)
+
+
+def database_address(url: URL) -> str:
+    """host:port/database of a PostgreSQL URL (libpq's defaults filled in)."""
+    return f"{url.host or 'localhost'}:{url.port or 5432}/{url.database}"
+
+
+def check_metadata_db(db_url: str, timeout: float = CONNECT_TIMEOUT_SECONDS) -> None:
+    """Connect once to the metadata database, giving up after `timeout` seconds: a wrong URL, a
+    server down or a database not created fails here, naming what to do, rather than deep in
+    `airflow db migrate` or in a component that retries."""
+    import sqlalchemy as sa
+    from sqlalchemy.pool import NullPool
+
+    url = metadata_url(db_url)
+    seconds = max(1, round(timeout))  # libpq takes whole seconds
+    engine = sa.create_engine(url, poolclass=NullPool, connect_args={"connect_timeout": seconds})
+    try:
+        with engine.connect():
+            return
+    except sa.exc.DBAPIError as exc:
+        reason = "; ".join(line.strip() for line in str(exc.orig).splitlines() if line.strip())
+        raise StackError(
+            f"Airflow's metadata database is not reachable at {database_address(url)} (from {DB_OPTION}: "
+            f"{url.render_as_string(hide_password=True)}, {seconds} s timeout): start PostgreSQL "
+            f"there and create the database (createdb -h {url.host or 'localhost'} -p "
+            f"{url.port or 5432} -U {url.username or 'postgres'} {url.database}), or fix the URL; "
+            f"psycopg said: {hide_password(reason) or type(exc.orig).__name__}"
+        ) from None
+    finally:
+        engine.dispose()
 
 
 def airflow_command() -> str:
@@ -82,16 +186,26 @@ def passwords_file(settings: Settings) -> Path:
     return settings.airflow_home.resolve() / PASSWORDS_FILE
 
 
-def login_help(settings: Settings, port: int = DEFAULT_PORT) -> str:
+def login_help(
+    settings: Settings, port: int = DEFAULT_PORT, db_url: str | None = None, executor: str | None = None
+) -> str:
+    metadata = (
+        metadata_url(db_url).render_as_string(hide_password=True)
+        if db_url is not None
+        else f"SQLite under {settings.airflow_home.resolve()}"
+    )
+    runs_on = executor_class(executor) if executor is not None else "Airflow's default (LocalExecutor)"
     return (
         f"Airflow UI: http://127.0.0.1:{port}/  (user '{ADMIN}'; the password is generated on the\n"
         f"first start and kept in {passwords_file(settings)}, e.g.\n"
-        f"  python -c \"import json; print(json.load(open('{passwords_file(settings)}'))['{ADMIN}'])\")"
+        f"  python -c \"import json; print(json.load(open('{passwords_file(settings)}'))['{ADMIN}'])\")\n"
+        f"metadata database: {metadata}; executor: {runs_on}"
     )
 
 
 def migrate_metadata(settings: Settings, env: Mapping[str, str]) -> None:
-    """`airflow db migrate`: create or upgrade the metadata database under the data directory."""
+    """`airflow db migrate`: create or upgrade the metadata database (under the data directory, or
+    the one `env` points at)."""
     settings.airflow_home.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(
         [airflow_command(), "db", "migrate"], env={**os.environ, **env}, capture_output=True, text=True
@@ -100,15 +214,23 @@ def migrate_metadata(settings: Settings, env: Mapping[str, str]) -> None:
         raise StackError(f"'airflow db migrate' failed ({done.returncode}): {done.stderr[-2000:]}")
 
 
-def run_airflow(settings: Settings, port: int = DEFAULT_PORT) -> int:
+def run_airflow(
+    settings: Settings, port: int = DEFAULT_PORT, db_url: str | None = None, executor: str | None = None
+) -> int:
     """Migrate the metadata database, then run `airflow standalone` in the foreground until Ctrl-C
     (or SIGTERM), which stops every component it started (see `stop_standalone`).
 
+    With `db_url` the metadata lives in that PostgreSQL database, checked first with a short
+    timeout; `executor` names the executor (`local`). Standalone keeps both (it forces only an
+    executor that does not run on this machine, and the simple auth manager).
+
     Standalone runs in a session of its own, so the terminal's Ctrl-C reaches only this process,
     which then stops it in order, instead of every component and running task at once."""
-    env = airflow_env(settings, port)
+    env = airflow_env(settings, port, db_url, executor)
+    if db_url is not None:
+        check_metadata_db(db_url)
     migrate_metadata(settings, env)
-    print(login_help(settings, port), flush=True)
+    print(login_help(settings, port, db_url, executor), flush=True)
     process = subprocess.Popen(
         [airflow_command(), "standalone"], env={**os.environ, **env}, start_new_session=True
     )

@@ -483,14 +483,33 @@ def token(
 
 
 @app.command()
+@_clear_errors
 def airflow(
     data_dir: DataDir = None,
     port: Annotated[int, typer.Option(help="port of the Airflow UI")] = 8080,
+    executor: Annotated[
+        str | None,
+        typer.Option(
+            envvar="TALLY_AIRFLOW_EXECUTOR",
+            show_default=False,
+            help="Airflow's executor: local (the LocalExecutor; default: Airflow's, also local)",
+        ),
+    ] = None,
+    db: Annotated[
+        str | None,
+        typer.Option(
+            envvar="TALLY_AIRFLOW_DB_URL",
+            show_default=False,
+            help="Airflow's metadata database, postgresql+psycopg://user@host:port/dbname (created "
+            "beforehand); default: SQLite under the data dir",
+        ),
+    ] = None,
 ) -> None:
-    """Start Airflow locally (standalone) with Tally's DAGs and a metadata database under the data dir."""
+    """Start Airflow locally (standalone) with Tally's DAGs and a metadata database under the data
+    dir, or in PostgreSQL (--db) with the LocalExecutor (--executor local)."""
     from tally.airflow import run_airflow
 
-    raise typer.Exit(run_airflow(_settings(data_dir), port))
+    raise typer.Exit(run_airflow(_settings(data_dir), port, db_url=db, executor=executor))
 
 
 def _parse_cutoff(text: str) -> int:
