@@ -86,6 +86,12 @@ def trending(bucket: int) -> str:
     return f"{PREFIX}:trending:{bucket}"
 
 
+def platform(bucket: int) -> str:
+    """Hash of one bucket's counts over every video (the sum of the videos' bucket hashes: views,
+    rejected:<reason>, ...), for the platform overview (spans videos: no hash tag)."""
+    return f"{PREFIX}:platform:{bucket}"
+
+
 def viewers_sketch(video_id: str, bucket: int) -> str:
     """HyperLogLog of the viewers counted for a video in one bucket."""
     return f"{PREFIX}:{video_tag(video_id)}:hll:{bucket}"

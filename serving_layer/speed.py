@@ -143,6 +143,23 @@ async def top_videos(redis: Redis, from_bucket: int, to_bucket: int, n: int) -> 
     return ranked
 
 
+async def platform_counts(redis: Redis, from_bucket: int, to_bucket: int) -> dict[str, int]:
+    """Every video's bucket counts summed over buckets from_bucket..to_bucket (inclusive): views,
+    likes, dislikes, short_views, repeat_views and rejected:<reason> (`keys.platform`)."""
+    if to_bucket < from_bucket:
+        return {}
+    async with redis.pipeline(transaction=False) as pipe:
+        for bucket in range(from_bucket, to_bucket + 1):
+            pipe.hgetall(keys.platform(bucket))
+        hashes = await pipe.execute()
+    totals: dict[str, int] = {}
+    for fields in hashes:
+        for name, value in fields.items():
+            field = _text(name)
+            totals[field] = totals.get(field, 0) + int(value)
+    return totals
+
+
 async def window_views(redis: Redis, from_bucket: int, to_bucket: int) -> dict[str, int]:
     """Every video's counted views in buckets from_bucket..to_bucket (inclusive), from the per-bucket
     trending sorted sets; videos without views there are left out."""

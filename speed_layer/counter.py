@@ -70,6 +70,7 @@ def _video_keys(video_id: str) -> tuple[str, str, str, str, str, str]:
 
 
 _TRENDING_PREFIX = keys.trending(0).removesuffix("0")
+_PLATFORM_PREFIX = keys.platform(0).removesuffix("0")
 
 
 @dataclass
@@ -127,6 +128,7 @@ class PartitionPlan:
                 _TRENDING_PREFIX,
                 self.now_ms,
                 self.retention_ms,
+                _PLATFORM_PREFIX,
             ]
         )
 

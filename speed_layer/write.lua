@@ -15,6 +15,9 @@ local call = redis.call
 local applied, duplicates, skipped = 0, 0, 0
 local buckets, markers = plan[6], plan[8]
 local bucket_ms, trending_prefix, now_ms, retention_ms = plan[9], plan[10], plan[11], plan[12]
+local platform_prefix = plan[13]
+local platform = {}   -- bucket number -> field -> delta over every video (written once at the end)
+local platform_expiry = {}  -- bucket number -> expire_at
 local keep_buckets = math.floor(retention_ms / bucket_ms) + 1
 local incr = {}       -- bucket index -> field -> delta
 local marked = {}     -- marker index -> true when a field was set in it
@@ -26,6 +29,13 @@ local video_id, reactions_key = nil, nil  -- the video being applied
 local function bump(b, field, by)
   local fields = incr[b]
   if not fields then fields = {}; incr[b] = fields end
+  fields[field] = (fields[field] or 0) + by
+end
+
+local function add_to_platform(bucket, field, by, expire_at)
+  if field == 'uniques' then return end  -- first sightings per video: no platform meaning
+  local fields = platform[bucket]
+  if not fields then fields = {}; platform[bucket] = fields; platform_expiry[bucket] = expire_at end
   fields[field] = (fields[field] or 0) + by
 end
 
@@ -81,6 +91,7 @@ local function adjust(video, bucket, field, by)
     return
   end
   local expire_at = math.max((bucket + 1) * bucket_ms, now_ms) + retention_ms
+  add_to_platform(bucket, field, by, expire_at)
   call('HINCRBY', key, field, digits(by))
   if call('PTTL', key) == -1 then
     call('PEXPIREAT', key, digits(expire_at))
@@ -360,7 +371,11 @@ for b, fields in pairs(incr) do
   local entry = buckets[b]
   local wrote = false
   for field, by in pairs(fields) do
-    if by ~= 0 then call('HINCRBY', entry[1], field, digits(by)); wrote = true end
+    if by ~= 0 then
+      call('HINCRBY', entry[1], field, digits(by))
+      add_to_platform(entry[3], field, by, entry[10])
+      wrote = true
+    end
   end
   if wrote then
     if entry[4] > 0 then
@@ -378,6 +393,13 @@ for b, fields in pairs(incr) do
 end
 for key, expire_at in pairs(trending) do
   call('PEXPIREAT', key, digits(expire_at))
+end
+for bucket, fields in pairs(platform) do
+  local key = platform_prefix .. digits(bucket)
+  for field, by in pairs(fields) do
+    if by ~= 0 then call('HINCRBY', key, field, digits(by)) end
+  end
+  call('PEXPIREAT', key, digits(platform_expiry[bucket]))
 end
 
 if #plan[5] > 0 then
