@@ -9,6 +9,7 @@ lists that msgpack encodes in one call.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 from hashlib import blake2b
@@ -89,6 +90,9 @@ class PartitionPlan:
     buckets: list[list[object]] = field(default_factory=list)
     shards: list[list[object]] = field(default_factory=list)
     markers: list[list[object]] = field(default_factory=list)
+    # Per record: [offset, bucket of its events' ingestion time, events] (every type), for the
+    # platform's `events` (the script adds those of records above the stored offset only).
+    arrivals: list[list[int]] = field(default_factory=list)
     records: int = 0
     events: int = 0
     video_events: dict[str, int] = field(default_factory=dict)
@@ -129,6 +133,7 @@ class PartitionPlan:
                 self.now_ms,
                 self.retention_ms,
                 _PLATFORM_PREFIX,
+                self.arrivals,
             ]
         )
 
@@ -323,6 +328,13 @@ class _PlanBuilder:
                 ops.extend((_REACTION, offset, m, event_id, b, reaction_mark, user_id, ts, state))
         self.plan.records += 1
         self.plan.events += len(events)
+        if events:
+            last = stamped // bucket_ms
+            if (events[0].ingest_ts or 0) // bucket_ms == last:  # one request's record: one stamp
+                self.plan.arrivals.append([offset, last, len(events)])
+            else:
+                spread = Counter((e.ingest_ts or 0) // bucket_ms for e in events)
+                self.plan.arrivals.extend([offset, bucket, n] for bucket, n in sorted(spread.items()))
 
     @property
     def events(self) -> int:

@@ -19,7 +19,7 @@ KEYS: [partition offset, partition owner]. The plan is one msgpack array in ARGV
 it touches travel inside it, built by Python from `counting.keys` (each carries its video's tag):
 
     [last_offset, owner_generation, exact_viewers_limit, videos_index_key, videos, buckets, shards,
-     markers, bucket_ms, trending_key_prefix, now_ms, retention_ms, platform_key_prefix]
+     markers, bucket_ms, trending_key_prefix, now_ms, retention_ms, platform_key_prefix, arrivals]
 
     videos (one entry per video of the plan):
       [video_id, viewers_key, reactions_key, presence_key, presence_trim_below, presence, ops,
@@ -48,6 +48,9 @@ it touches travel inside it, built by Python from `counting.keys` (each carries 
     now_ms, retention_ms: for those expiries; a pair's reactions older than the retention fold
     platform_key_prefix: every change of a bucket's counts is also added to the platform's hash of
              that bucket (the sum over videos, for the overview), once per bucket and field a plan
+    arrivals: [offset, bucket, events] of each record: its events (every type) are added to the
+             platform's `events` of the bucket of their ingestion time if the record is above the
+             stored offset (a replayed record adds nothing)
 
     An expire_at of 0 means "this worker already gave the key its expiry": the script skips the
     PEXPIREAT (and the buckets-index ZADD that goes with a new counts hash). The script answers

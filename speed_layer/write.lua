@@ -394,6 +394,13 @@ end
 for key, expire_at in pairs(trending) do
   call('PEXPIREAT', key, digits(expire_at))
 end
+-- Every event the records above the stored offset brought, by the bucket of its ingestion time.
+for _, arrival in ipairs(plan[14]) do
+  if arrival[1] > stored then
+    local bucket = arrival[2]
+    add_to_platform(bucket, 'events', arrival[3], math.max((bucket + 1) * bucket_ms, now_ms) + retention_ms)
+  end
+end
 for bucket, fields in pairs(platform) do
   local key = platform_prefix .. digits(bucket)
   for field, by in pairs(fields) do

@@ -12,8 +12,14 @@ from counting import oracle, rules
 from counting.settings import Settings
 from counting.traffic import TrafficConfig
 from serving_layer.speed import platform_counts
+from speed_layer.counter_worker import CounterWorker
+from speed_layer.deadletter import DeadLetter
 from tests.batch_layer.test_batch_payouts import traffic_events
 from tests.writers import writers
+
+
+async def _no_dead_letters(letter: DeadLetter) -> None:
+    raise AssertionError(f"no record is poison here: {letter}")
 
 
 def test_platform_counts_are_the_sum_of_every_videos_counts(settings: Settings, redis_client: object) -> None:
@@ -42,6 +48,19 @@ def test_platform_counts_are_the_sum_of_every_videos_counts(settings: Settings, 
             await client.aclose()
 
     totals = asyncio.run(read())
+
+    async def replay() -> None:  # a new owner reading the partitions again from their start
+        client = aioredis.Redis.from_url(settings.redis_url)
+        try:
+            again = CounterWorker(settings, client, _no_dead_letters)
+            await again.claim(settings.events_topic, list(range(settings.topic_partitions)))
+            report = await again.handle(tally.records)
+            assert report.skipped > 0 and report.applied == 0
+        finally:
+            await client.aclose()
+
+    asyncio.run(replay())
+    assert asyncio.run(read()) == totals, "a replayed record adds nothing"
     truth = oracle.count(events).values()
     expected = {
         "views": sum(c.views for c in truth),
@@ -52,5 +71,6 @@ def test_platform_counts_are_the_sum_of_every_videos_counts(settings: Settings, 
     }
     for reason in {r for c in truth for r in c.rejected}:
         expected[f"rejected:{reason}"] = sum(c.rejected.get(reason, 0) for c in truth)
+    expected["events"] = len(events)
     assert {k: v for k, v in totals.items() if v} == {k: v for k, v in expected.items() if v}
     assert expected["views"] > 0 and any(k.startswith("rejected:") for k in expected)
