@@ -254,3 +254,16 @@ def watching_now(events: Iterable[Event], now_ms: int) -> dict[str, int]:
         if rules.is_watching(beat, leaves.get((video_id, session)), now_ms):
             watching[video_id] += 1
     return dict(watching)
+
+
+def milestones(
+    events: Iterable[Event], cutoffs: Iterable[int], steps: Iterable[int], bot_filter: BotFilter | None = None
+) -> set[tuple[str, int]]:
+    """The (video, step) pairs reached by the baselines published at `cutoffs` (`counting.milestones`)."""
+    kept = list(events)
+    ladder = sorted(steps)
+    found: set[tuple[str, int]] = set()
+    for cutoff in cutoffs:
+        for video_id, counts in count(kept, cutoff, bot_filter).items():
+            found.update((video_id, step) for step in ladder if counts.views >= step)
+    return found

@@ -83,6 +83,18 @@ class Settings(BaseSettings):
         default=Decimal("2.00"), ge=0, description="what a creator earns per 1,000 monetizable views"
     )
     payout_currency: str = "USD"
+    milestone_steps: list[int] = Field(
+        default_factory=lambda: [10**n for n in range(3, 10)],
+        description="view counts a video is announced at (JSON list), once each, from published baselines",
+    )
+    milestones_topic: str = Field(default="milestones", description="where milestones are announced")
+    milestone_webhook_url: str | None = Field(
+        default=None, description="also POST each milestone here (signed with TALLY_MILESTONE_WEBHOOK_SECRET)"
+    )
+    milestone_webhook_secret: str = Field(default="", description="HMAC-SHA256 key of the webhook signature")
+    milestone_webhook_attempts: int = Field(
+        default=6, gt=0, description="webhook tries before a milestone goes to the dead-letter topic"
+    )
     hot_video_events_per_sec: int = Field(
         default=2_000, gt=0, description="velocity above which a video is sharded over partitions"
     )

@@ -22,6 +22,8 @@ batch_app = typer.Typer(help="Batch layer runs.", no_args_is_help=True)
 app.add_typer(batch_app, name="batch")
 catalog_app = typer.Typer(help="The video catalog in the relational store.", no_args_is_help=True)
 app.add_typer(catalog_app, name="catalog")
+milestones_app = typer.Typer(help="Videos reaching view-count steps, announced once.", no_args_is_help=True)
+app.add_typer(milestones_app, name="milestones")
 speed_app = typer.Typer(help="The speed layer's Redis state.", no_args_is_help=True)
 app.add_typer(speed_app, name="speed")
 warehouse_app = typer.Typer(help="The DuckDB warehouse for analysts.", no_args_is_help=True)
@@ -304,7 +306,52 @@ def batch_run(
         if summary is not None:
             errors.print(summary, markup=False, highlight=False, soft_wrap=True)
     answer = {**asdict(done.result), "published": done.published, "payouts_written": done.payouts_written}
+    if done.published:
+        answer["milestones_announced"] = _announce_milestones(settings, loud)
     console.print_json(json.dumps(answer, default=str))
+
+
+def _announce_milestones(settings: Settings, warn: Callable[[str], None]) -> list[str] | None:
+    """Announce what the published run reached; a failure is a warning (the run is published and
+    the milestones wait in the store): the ids sent, or None."""
+    from confluent_kafka import KafkaException
+    from redis.exceptions import RedisError
+
+    from tally.milestones import announce
+
+    try:
+        return announce(settings).sent
+    except (TallyError, KafkaException, RedisError) as exc:
+        warn(f"milestones not announced now ({exc}): run 'tally milestones announce'")
+        return None
+
+
+@milestones_app.command("announce")
+@_clear_errors
+def milestones_announce(data_dir: DataDir = None) -> None:
+    """Record the milestones the served baseline reached, send the new ones to the milestones topic
+    and deliver the due webhooks (the DAG and 'tally batch run' do it after each publish)."""
+    from tally.milestones import announce
+
+    console.print_json(json.dumps(announce(_settings(data_dir)).__dict__))
+
+
+@milestones_app.command("list")
+@_clear_errors
+def milestones_list(
+    video: Annotated[str, typer.Option(help="the video id")],
+    data_dir: DataDir = None,
+) -> None:
+    """A video's milestones and the state of their announcements."""
+    from warehouse.migrate import migrate
+    from warehouse.milestones import milestones_of
+    from warehouse.store import open_store
+
+    settings = _settings(data_dir)
+    migrate(settings.store_url)
+    with open_store(settings.store_url) as store:
+        rows = [m.__dict__ for m in milestones_of(store, video)]
+    console.print_json(json.dumps(rows, default=str))
 
 
 @catalog_app.command("load")

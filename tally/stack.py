@@ -44,7 +44,16 @@ LOCAL_HOSTS = ("127.0.0.1", "localhost")
 STOP_TIERS = (("ingest", "serving"), ("counter", "archiver"), ("redis", "broker"))
 # Settings the record leaves out: the data directory (where the record lies) and the credentials,
 # which come from the environment or the stack's secrets file.
-NOT_RECORDED = frozenset({"data_dir", "admin_key", "collector_key", "user_token_secret", "database_url"})
+NOT_RECORDED = frozenset(
+    {
+        "data_dir",
+        "admin_key",
+        "collector_key",
+        "user_token_secret",
+        "database_url",
+        "milestone_webhook_secret",
+    }
+)
 BROKER_FORGETS = "the local Tansu broker keeps nothing across restarts (memory storage)"
 
 

@@ -1,6 +1,6 @@
 """The Airflow tasks both DAGs run once a batch is computed: validate its outputs, publish the
-baseline, write the payouts, build the warehouse. Each is one call into `tally.pipeline`, imported
-inside the task so that parsing a DAG file stays cheap."""
+baseline, write the payouts, announce the milestones it reached, build the warehouse. Each is one
+call into `tally`, imported inside the task so that parsing a DAG file stays cheap."""
 
 from __future__ import annotations
 
@@ -57,6 +57,13 @@ def write_payouts(run: dict[str, Any]) -> int:
 
 
 @task
+def announce_milestones() -> dict[str, Any]:
+    from tally.milestones import announce
+
+    return announce(Settings()).__dict__
+
+
+@task
 def build_warehouse() -> str:
     from tally import pipeline
 
@@ -65,4 +72,4 @@ def build_warehouse() -> str:
 
 def after_compute(run: Any) -> list[Any]:
     """The tasks after `compute`, in their order (for `chain`)."""
-    return [validate_outputs(run), publish(run), write_payouts(run), build_warehouse()]
+    return [validate_outputs(run), publish(run), write_payouts(run), announce_milestones(), build_warehouse()]

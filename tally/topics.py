@@ -1,4 +1,4 @@
-"""Create the broker topics the platform uses (events and dead letters), idempotently."""
+"""Create the broker topics the platform uses (events, milestones, their dead letters), idempotently."""
 
 from __future__ import annotations
 
@@ -9,8 +9,14 @@ from counting.settings import Settings
 from tally.errors import StackError
 
 
+def milestones_dead_letter_topic(settings: Settings) -> str:
+    """Where a milestone goes whose webhook refused every try."""
+    return f"{settings.milestones_topic}-dead-letter"
+
+
 def ensure_topics(settings: Settings, timeout: float = 15.0) -> None:
-    """Create the events topic (settings.topic_partitions partitions) and the dead-letter topic."""
+    """Create the events topic (settings.topic_partitions partitions), its dead-letter topic, and the
+    milestones topic with its dead-letter topic."""
     admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
     try:
         existing = set(admin.list_topics(timeout=timeout).topics)
@@ -22,6 +28,8 @@ def ensure_topics(settings: Settings, timeout: float = 15.0) -> None:
     wanted = [
         NewTopic(settings.events_topic, num_partitions=settings.topic_partitions, replication_factor=1),
         NewTopic(settings.dead_letter_topic, num_partitions=1, replication_factor=1),
+        NewTopic(settings.milestones_topic, num_partitions=1, replication_factor=1),
+        NewTopic(milestones_dead_letter_topic(settings), num_partitions=1, replication_factor=1),
     ]
     missing = [t for t in wanted if t.topic not in existing]
     if not missing:

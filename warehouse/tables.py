@@ -98,6 +98,24 @@ validated_files = sa.Table(
     sa.Column("validated_by", sa.String(128), nullable=False),  # the run that validated it
 )
 
+# A video reaching a step of the milestone ladder in a published baseline, once per (video, step):
+# the outbox of its announcements (the milestones topic, an optional webhook).
+milestones = sa.Table(
+    "milestones",
+    metadata,
+    sa.Column("video_id", sa.String(64), primary_key=True),
+    sa.Column("step", sa.BigInteger, primary_key=True),
+    sa.Column("views", sa.BigInteger, nullable=False),  # the baseline's views that reached it
+    sa.Column("run_id", sa.String(128), nullable=False),
+    sa.Column("cutoff", sa.BigInteger, nullable=False),
+    sa.Column("recorded_at", UtcDateTime, nullable=False),
+    sa.Column("announced_at", UtcDateTime, nullable=True),  # in the topic since
+    sa.Column("webhook_state", sa.String(16), nullable=False),  # off, pending, delivered, dead
+    sa.Column("webhook_attempts", sa.Integer, nullable=False),
+    sa.Column("webhook_next_at", UtcDateTime, nullable=True),
+    sa.Column("webhook_error", sa.String(500), nullable=True),
+)
+
 payout_ledger = sa.Table(
     "payout_ledger",
     metadata,

@@ -76,6 +76,7 @@ def test_batch_dag_runs_its_steps_in_order(dag_bag: Any) -> None:
         "validate_outputs",
         "publish",
         "write_payouts",
+        "announce_milestones",
         "build_warehouse",
         "expire_speed_buckets",
     ]

@@ -185,7 +185,14 @@ def test_a_corrupt_partition_fails_at_validation_and_the_previous_baseline_stays
     assert states["validate_raw"] == "failed"
     [validation] = [ti for ti in run.get_task_instances() if ti.task_id == "validate_raw"]
     assert validation.try_number == 1  # failed validations are not retried
-    downstream = ("compute", "validate_outputs", "publish", "write_payouts", "build_warehouse")
+    downstream = (
+        "compute",
+        "validate_outputs",
+        "publish",
+        "write_payouts",
+        "announce_milestones",
+        "build_warehouse",
+    )
     assert {states[task] for task in downstream} == {"upstream_failed"}
     served = current_baseline(settings.baselines_dir)
     assert served is not None
