@@ -26,6 +26,29 @@ def _edge_between(events: list[Event], bucket_ms: int) -> int:
     return max((middle // bucket_ms) * bucket_ms, stamps[0] // bucket_ms * bucket_ms + bucket_ms)
 
 
+# The demo's traffic is small: a ladder it climbs (the platform's default starts at 1,000 views).
+DEMO_MILESTONE_STEPS = [10, 25, 50, 100, 250]
+
+
+def _milestones(settings: Settings, console: Console) -> None:
+    """Announce the milestones the published baseline reached, on the demo's small ladder."""
+    from tally.milestones import announce
+
+    done = announce(settings.model_copy(update={"milestone_steps": DEMO_MILESTONE_STEPS}))
+    highest: dict[str, int] = {}
+    for key in done.sent:
+        video, _, step = key.partition(":")
+        highest[video] = max(highest.get(video, 0), int(step))
+    ranked = sorted(highest.items(), key=lambda item: (-item[1], item[0]))
+    shown = ", ".join(f"{video} {step}" for video, step in ranked[:5])
+    more = f" and {len(ranked) - 5} more videos" if len(ranked) > 5 else ""
+    console.print(
+        f"{len(done.sent)} milestones announced on the topic '{settings.milestones_topic}' (ladder "
+        f"{DEMO_MILESTONE_STEPS}, from the published baseline only), highest step per video: "
+        f"{shown or 'none yet'}{more}"
+    )
+
+
 def run_demo(settings: Settings, seconds: int, rate: float, keep_running: bool, console: Console) -> None:
     settings = with_local_secrets(settings)  # the keys the stack's APIs are started with
     console.rule("[bold]Tally demo")
@@ -40,6 +63,8 @@ def run_demo(settings: Settings, seconds: int, rate: float, keep_running: bool, 
         console.print(
             f"\nThe stack is still up. Try:\n"
             f"  curl http://{settings.serving_host}:{settings.serving_port}/v1/videos/v0001/stats\n"
+            f"  curl http://{settings.serving_host}:{settings.serving_port}/v1/videos/v0001/milestones\n"
+            f"  open http://{settings.serving_host}:{settings.serving_port}/dashboard (the overview)\n"
             f"  open http://{settings.serving_host}:{settings.serving_port}/docs (serving) and "
             f"http://{settings.ingest_host}:{settings.ingest_port}/docs (ingest)\n"
             f"Stop it with: tally down --data-dir {settings.data_dir}"
@@ -95,6 +120,7 @@ def _run(settings: Settings, stack: Stack, seconds: int, rate: float, console: C
             "layer's buckets after the cutoff, where the first events of a bot burst may still count "
             "until the next batch."
         )
+        _milestones(settings, console)
     finally:
         client.close()
     time.sleep(0)
