@@ -16,6 +16,7 @@ from redis.exceptions import RedisError
 from counting.errors import InvalidEvent
 from counting.event import MAX_BODY_BYTES, event_from_dict, is_valid_video_id, parse_batch
 from counting.settings import Settings
+from counting.version import VERSION
 from ingest.auth import Unauthorized, check_key, verify_token
 from ingest.connection import client_address, trusted_networks, user_agent
 from ingest.errors import BrokerUnavailable, RateLimited
@@ -83,7 +84,7 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
 
     app = FastAPI(
         title="Tally ingest API",
-        version="0.1.0",
+        version=VERSION,
         description="Writes of views, reactions, heartbeats and leaves, answered once the broker has them.",
         lifespan=lifespan,
     )

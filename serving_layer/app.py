@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 from counting import rules
 from counting.event import VIDEO_ID_PATTERN
 from counting.settings import Settings
+from counting.version import VERSION
 from serving_layer.admin import event_verdict, is_admin, logged_event, raw_events, video_explanations
 from serving_layer.baselines import BaselineCache
 from serving_layer.cache import ReadCache
@@ -74,7 +75,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     app = FastAPI(
         title="Tally serving API",
-        version="0.1.0",
+        version=VERSION,
         description="Views, likes and unique viewers: the batch baseline plus the speed layer's deltas.",
         lifespan=lifespan,
         responses=ERRORS,

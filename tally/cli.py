@@ -24,6 +24,26 @@ catalog_app = typer.Typer(help="The video catalog in the relational store.", no_
 app.add_typer(catalog_app, name="catalog")
 milestones_app = typer.Typer(help="Videos reaching view-count steps, announced once.", no_args_is_help=True)
 app.add_typer(milestones_app, name="milestones")
+
+
+def _show_version(wanted: bool) -> None:
+    if wanted:
+        from counting.version import VERSION
+
+        print(f"tally {VERSION}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option("--version", help="print the version and exit", callback=_show_version, is_eager=True),
+    ] = False,
+) -> None:
+    """Tally: exact view and like counters at scale."""
+
+
 speed_app = typer.Typer(help="The speed layer's Redis state.", no_args_is_help=True)
 app.add_typer(speed_app, name="speed")
 warehouse_app = typer.Typer(help="The DuckDB warehouse for analysts.", no_args_is_help=True)

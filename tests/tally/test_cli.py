@@ -136,3 +136,11 @@ def test_the_stack_names_each_process_of_a_scaled_kind() -> None:
         ("ingest-2", 1),
         ("counter-1", 1),
     ]
+
+
+def test_the_version_is_the_installed_packages() -> None:
+    from importlib.metadata import version
+
+    answer = runner.invoke(app, ["--version"])
+    assert answer.exit_code == 0
+    assert answer.output.strip() == f"tally {version('tally')}"
