@@ -30,6 +30,7 @@ from serving_layer.fast_path import STATS_PATH, PlainStats
 from serving_layer.live import live_stream
 from serving_layer.metrics import instrument
 from serving_layer.milestones import milestones_router
+from serving_layer.overview import overview_router
 from serving_layer.payouts import creator_payouts
 from serving_layer.schemas import ERRORS, CreatorPayouts, ErrorAnswer, error_answer, unavailable
 from serving_layer.speed import top_videos
@@ -96,6 +97,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(trends_router(settings, redis))
     app.include_router(creators_router(settings, redis, baselines))
     app.include_router(milestones_router(settings))
+    app.include_router(overview_router(settings, redis, baselines))
 
     @app.get(STATS_PATH, response_model=dict[str, Any])
     async def stats(video_id: VideoIdPath, user_id: UserIdQuery = None) -> Response:

@@ -122,3 +122,86 @@ class CreatorStats(BaseModel):
     batch_cutoff: int | None
     approx: bool
     degraded: list[str]
+
+
+class OverviewPoint(BaseModel):
+    """One speed bucket of the whole platform: the events the counter consumed (by ingestion time),
+    the views it counted and those it refused."""
+
+    start_ms: int
+    events: int
+    views: int
+    rejected: int
+
+
+class RefusedReason(BaseModel):
+    """The views refused for one reason, and their share of the judged views."""
+
+    reason: str
+    views: int
+    share: float
+
+
+class BotShare(BaseModel):
+    """The refused views of the window, by reason and as a share of the judged views (counted +
+    refused); `share` is null when no view was judged."""
+
+    judged_views: int
+    rejected_views: int
+    share: float | None
+    by_reason: list[RefusedReason]
+
+
+class PartitionLag(BaseModel):
+    """One partition of the events topic: the broker's end offset, the next offset the counter
+    counts (its stored offset + 1; 0 before any) and the records between them; the broker's side is
+    null when it did not answer."""
+
+    partition: int
+    end_offset: int | None
+    next_offset: int
+    lag: int | None
+
+
+class ConsumerLag(BaseModel):
+    """How far the counter is behind the events topic: per partition, and in all (null when the
+    broker did not answer)."""
+
+    topic: str
+    total: int | None
+    partitions: list[PartitionLag]
+
+
+class BatchFreshness(BaseModel):
+    """The served baseline: its run, cutoff (ms), publish time (ms), and its age, the seconds from
+    its cutoff to `as_of`; `stale` once that is longer than the speed buckets' retention."""
+
+    run_id: str
+    rules_version: str
+    cutoff: int
+    published_at: int
+    age_secs: float
+    stale: bool
+
+
+class OverviewAnswer(BaseModel):
+    """The platform over the last `window_buckets` speed buckets, the current one counted up to
+    `as_of`: `window_secs` from `from_ms` (the first bucket's start) to `as_of` inclusive; the rates
+    are the window's counts over those seconds."""
+
+    window_buckets: int
+    bucket_ms: int
+    from_ms: int
+    as_of: int
+    window_secs: float
+    events: int
+    views: int
+    events_per_sec: float
+    views_per_sec: float
+    points: list[OverviewPoint]
+    bot_share: BotShare
+    consumer_lag: ConsumerLag
+    batch: BatchFreshness | None
+    top: list[TrendingVideo]
+    rising: list[TrendingVideo]
+    degraded: list[str]

@@ -1,0 +1,242 @@
+"""The platform overview route: event and view rates, bot share, the counter's lag, batch freshness
+and the top and rising videos over the recent speed buckets (the dashboard's first page)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from fastapi import APIRouter
+from redis.asyncio import Redis
+
+from counting import keys, trends
+from counting.settings import Settings
+from serving_layer.baselines import BaselineCache
+from serving_layer.errors import StoreUnavailable
+from serving_layer.schemas import (
+    BatchFreshness,
+    BotShare,
+    ConsumerLag,
+    OverviewAnswer,
+    OverviewPoint,
+    PartitionLag,
+    RefusedReason,
+    TrendingVideo,
+)
+from serving_layer.speed import platform_counts, top_videos, window_views
+from serving_layer.stats import REDIS_ERRORS, now_ms
+from serving_layer.trends import WindowBuckets
+
+TOP_VIDEOS = 10  # videos in each of the top and rising lists
+BROKER_TIMEOUT_S = 1.0  # per broker request; the whole reading is given twice that
+END_OFFSETS_KEPT_S = 2.0  # the overview polls every few seconds: one broker reading serves them all
+BUCKET_READS_IN_FLIGHT = 16
+_REJECTED = "rejected:"
+
+
+class EndOffsets:
+    """The events topic's end offsets (the offset its next record gets, per partition), read from
+    the broker in a thread with a short timeout and kept END_OFFSETS_KEPT_S, failures too, so a
+    broker that does not answer slows no more than one overview in a while."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._bootstrap = settings.kafka_bootstrap
+        self._topic = settings.events_topic
+        self._lock = asyncio.Lock()
+        self._read_at = -END_OFFSETS_KEPT_S
+        self._answer: tuple[dict[int, int] | None, str | None] = (None, None)
+
+    async def get(self) -> tuple[dict[int, int] | None, str | None]:
+        """(end offsets, None), or (None, why the broker gave none)."""
+        async with self._lock:
+            if time.monotonic() - self._read_at >= END_OFFSETS_KEPT_S:
+                self._answer = await self._read()
+                self._read_at = time.monotonic()
+            return self._answer
+
+    async def _read(self) -> tuple[dict[int, int] | None, str | None]:
+        try:
+            ends = await asyncio.wait_for(asyncio.to_thread(self._read_broker), 2 * BROKER_TIMEOUT_S)
+        except (KafkaException, LookupError, TimeoutError) as exc:
+            return None, (
+                f"the broker at {self._bootstrap} did not give the end offsets of {self._topic!r}, so "
+                f"the consumer lag is unknown: start it with 'tally up' or set TALLY_KAFKA_BOOTSTRAP "
+                f"({exc or type(exc).__name__})"
+            )
+        return ends, None
+
+    def _read_broker(self) -> dict[int, int]:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self._bootstrap,
+                "group.id": "tally-serving-overview",
+                "enable.auto.commit": False,
+                "log_level": 2,  # no log line per failed connection: the answer says what failed
+            }
+        )
+        try:
+            topic = consumer.list_topics(self._topic, timeout=BROKER_TIMEOUT_S).topics.get(self._topic)
+            if topic is None or topic.error is not None:
+                raise LookupError(f"topic not found ({topic.error if topic else None})")
+            ends = {}
+            for partition in sorted(topic.partitions):
+                _, high = consumer.get_watermark_offsets(
+                    TopicPartition(self._topic, partition), timeout=BROKER_TIMEOUT_S, cached=False
+                )
+                ends[partition] = high
+            return ends
+        finally:
+            consumer.close()
+
+
+def overview_router(settings: Settings, redis: Redis, baselines: BaselineCache) -> APIRouter:
+    router = APIRouter()
+    end_offsets = EndOffsets(settings)
+    bucket_ms = settings.bucket_ms
+
+    @router.get("/v1/overview", response_model=OverviewAnswer)
+    async def overview(window_buckets: WindowBuckets = 6) -> OverviewAnswer:
+        """The platform over the last `window_buckets` speed buckets (the current one counted up to
+        now): events accepted and views counted a second, per bucket too; the refused views by
+        reason and their share of the judged views; the counter's lag per partition of the events
+        topic; the served batch run and its age; the top videos by views and the fastest rising."""
+        now = now_ms()
+        first, last, base_first, base_last = trends.windows(
+            now, bucket_ms, window_buckets, trends.DEFAULT_BASELINE_BUCKETS
+        )
+        degraded: list[str] = []
+        ends, broker_trouble = await end_offsets.get()
+        try:
+            buckets = await _per_bucket(redis, first, last)
+            top = await top_videos(redis, first, last, TOP_VIDEOS)
+            recent = await window_views(redis, first, last)
+            before = await window_views(redis, base_first, base_last)
+            lag = await _consumer_lag(redis, settings, ends)
+        except REDIS_ERRORS as exc:
+            raise StoreUnavailable(
+                f"the overview needs the speed layer and Redis is not reachable at {settings.redis_url}: "
+                f"start it with 'tally up' or set TALLY_REDIS_URL ({exc})"
+            ) from exc
+        if broker_trouble is not None:
+            degraded.append(broker_trouble)
+        behind = [str(p.partition) for p in lag.partitions if p.lag is not None and p.lag < 0]
+        if behind:
+            degraded.append(
+                f"the broker's end offset is below what the counter counted on partition "
+                f"{', '.join(behind)}: the broker lost records, is not the one the counter read, or "
+                "under-reports its end (the local Tansu broker answers a partition's end after a write of "
+                "several records as that write's first offset + 1)"
+            )
+        totals: dict[str, int] = {}
+        for counts in buckets:
+            for name, value in counts.items():
+                totals[name] = totals.get(name, 0) + value
+        window_secs = (now - first * bucket_ms + 1) / 1000
+        rising = trends.velocities(
+            recent, before, now, bucket_ms, window_buckets, trends.DEFAULT_BASELINE_BUCKETS
+        )
+        batch = _freshness(baselines, now, settings.retention_ms)
+        if batch is not None and batch.stale:
+            degraded.append("baseline older than the speed retention: recent counts may be missing")
+        return OverviewAnswer(
+            window_buckets=window_buckets,
+            bucket_ms=bucket_ms,
+            from_ms=first * bucket_ms,
+            as_of=now,
+            window_secs=window_secs,
+            events=totals.get("events", 0),
+            views=totals.get("views", 0),
+            events_per_sec=totals.get("events", 0) / window_secs,
+            views_per_sec=totals.get("views", 0) / window_secs,
+            points=[
+                OverviewPoint(
+                    start_ms=bucket * bucket_ms,
+                    events=counts.get("events", 0),
+                    views=counts.get("views", 0),
+                    rejected=_rejected_total(counts),
+                )
+                for bucket, counts in enumerate(buckets, start=first)
+            ],
+            bot_share=_bot_share(totals),
+            consumer_lag=lag,
+            batch=batch,
+            top=[TrendingVideo(video_id=v, views=n) for v, n in top],
+            rising=[
+                TrendingVideo(
+                    video_id=v.video_id,
+                    views=v.recent_views,
+                    views_per_minute=v.views_per_minute,
+                    baseline_per_minute=v.baseline_per_minute,
+                    rise=v.rise,
+                )
+                for v in rising[:TOP_VIDEOS]
+            ],
+            degraded=degraded,
+        )
+
+    return router
+
+
+async def _per_bucket(redis: Redis, first: int, last: int) -> list[dict[str, int]]:
+    """The platform's counts of each bucket first..last, in order: `platform_counts` of each one (the
+    chart shows every bucket, the totals are their sum), BUCKET_READS_IN_FLIGHT at a time."""
+    gate = asyncio.Semaphore(BUCKET_READS_IN_FLIGHT)
+
+    async def one(bucket: int) -> dict[str, int]:
+        async with gate:
+            return await platform_counts(redis, bucket, bucket)
+
+    return list(await asyncio.gather(*(one(b) for b in range(first, last + 1))))
+
+
+def _rejected_total(counts: dict[str, int]) -> int:
+    return sum(n for name, n in counts.items() if name.startswith(_REJECTED))
+
+
+def _bot_share(totals: dict[str, int]) -> BotShare:
+    rejected = {
+        name.removeprefix(_REJECTED): n for name, n in totals.items() if name.startswith(_REJECTED) and n
+    }
+    refused = sum(rejected.values())
+    judged = totals.get("views", 0) + refused
+    by_reason = [
+        RefusedReason(reason=reason, views=n, share=n / judged)
+        for reason, n in sorted(rejected.items(), key=lambda item: (-item[1], item[0]))
+    ]
+    share = refused / judged if judged else None
+    return BotShare(judged_views=judged, rejected_views=refused, share=share, by_reason=by_reason)
+
+
+async def _consumer_lag(redis: Redis, settings: Settings, ends: dict[int, int] | None) -> ConsumerLag:
+    """Per partition of the events topic: the broker's end offset less the next offset the counter
+    counts (its stored offset in Redis + 1); the partitions of the settings when the broker gave
+    no end offsets."""
+    topic = settings.events_topic
+    partitions = sorted(ends) if ends is not None else list(range(settings.topic_partitions))
+    async with redis.pipeline(transaction=False) as pipe:  # GETs, not MGET: one slot per partition
+        for partition in partitions:
+            pipe.get(keys.partition_offset(topic, partition))
+        stored = await pipe.execute()
+    rows = []
+    for partition, raw in zip(partitions, stored, strict=True):
+        next_offset = int(raw) + 1 if raw is not None else 0
+        end = ends[partition] if ends is not None else None
+        lag = end - next_offset if end is not None else None
+        rows.append(PartitionLag(partition=partition, end_offset=end, next_offset=next_offset, lag=lag))
+    total = sum(row.lag or 0 for row in rows) if ends is not None else None
+    return ConsumerLag(topic=topic, total=total, partitions=rows)
+
+
+def _freshness(baselines: BaselineCache, now: int, retention_ms: int) -> BatchFreshness | None:
+    baseline = baselines.get()
+    if baseline is None:
+        return None
+    return BatchFreshness(
+        run_id=baseline.run_id,
+        rules_version=baseline.rules_version,
+        cutoff=baseline.cutoff,
+        published_at=baseline.published_at,
+        age_secs=(now - baseline.cutoff) / 1000,
+        stale=now - baseline.cutoff > retention_ms,
+    )
