@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable
 
 import redis.asyncio as aioredis
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from counting import keys
 
@@ -34,19 +34,50 @@ return tostring(current)
 EndOffsets = Callable[[], dict[int, int]]
 
 
+def end_reader(bootstrap: str, group: str) -> Consumer:
+    """A consumer for `read_end` (it needs the broker to signal a partition's end)."""
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+
+
+def read_end(consumer: Consumer, topic: str, partition: int, timeout_s: float) -> int:
+    """The end offset of a partition (the offset its next record will get). The high watermark is
+    checked by reading from its last record to the end the broker signals: the local Tansu broker
+    reports a write of several records as ending after the first of them (5 records written at
+    once at offsets 0-4 report an end of 1), which would let the archiver watermark pass records not
+    yet archived. On Kafka the read finds the end at once."""
+    _, high = consumer.get_watermark_offsets(
+        TopicPartition(topic, partition), timeout=timeout_s, cached=False
+    )
+    if high <= 0:
+        return high
+    consumer.assign([TopicPartition(topic, partition, high - 1)])
+    end = high
+    while True:
+        record = consumer.poll(timeout_s)
+        if record is None:  # the broker did not say: what it reported is all we know
+            return end
+        error = record.error()
+        offset = record.offset()
+        if error is None:
+            end = max(end, (offset if offset is not None else end - 1) + 1)
+        elif error.code() == KafkaError._PARTITION_EOF:
+            return max(end, offset if offset is not None else end)
+
+
 class BrokerEndOffsets:
     """Reads a topic's end offsets (the offset the next record will get) from the broker; blocking."""
 
     def __init__(self, bootstrap: str, topic: str, timeout_s: float = 10.0) -> None:
         self.topic = topic
         self._timeout = timeout_s
-        self._consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"tally-watermark-{topic}",
-                "enable.auto.commit": False,
-            }
-        )
+        self._consumer = end_reader(bootstrap, f"tally-watermark-{topic}")
 
     def __call__(self) -> dict[int, int]:
         metadata = self._consumer.list_topics(self.topic, timeout=self._timeout)
@@ -55,13 +86,7 @@ class BrokerEndOffsets:
             raise LookupError(
                 f"topic {self.topic!r} not found on the broker ({topic.error if topic else None})"
             )
-        ends: dict[int, int] = {}
-        for partition in topic.partitions:
-            _, high = self._consumer.get_watermark_offsets(
-                TopicPartition(self.topic, partition), timeout=self._timeout, cached=False
-            )
-            ends[partition] = high
-        return ends
+        return {p: read_end(self._consumer, self.topic, p, self._timeout) for p in topic.partitions}
 
     def close(self) -> None:
         self._consumer.close()

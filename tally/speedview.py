@@ -6,10 +6,10 @@ import time
 from collections.abc import Callable
 
 import redis
-from confluent_kafka import Consumer, TopicPartition
 
 from counting import keys
 from counting.settings import Settings
+from speed_layer.watermark import end_reader, read_end
 
 
 def speed_totals(client: redis.Redis, video_id: str) -> dict[str, int]:
@@ -31,15 +31,9 @@ def watermark(client: redis.Redis) -> int:
 
 def end_offsets(settings: Settings) -> dict[int, int]:
     """The next offset of each partition of the events topic."""
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "tally-cli-offsets"})
+    consumer = end_reader(settings.kafka_bootstrap, "tally-cli-offsets")
     try:
-        ends = {}
-        for partition in range(settings.topic_partitions):
-            _, high = consumer.get_watermark_offsets(
-                TopicPartition(settings.events_topic, partition), timeout=10
-            )
-            ends[partition] = high
-        return ends
+        return {p: read_end(consumer, settings.events_topic, p, 10) for p in range(settings.topic_partitions)}
     finally:
         consumer.close()
 
