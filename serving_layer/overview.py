@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import time
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException
 from fastapi import APIRouter
 from redis.asyncio import Redis
 
 from counting import keys, trends
+from counting.offsets import read_ends
 from counting.settings import Settings
 from serving_layer.baselines import BaselineCache
 from serving_layer.errors import StoreUnavailable
@@ -72,6 +73,7 @@ class EndOffsets:
                 "bootstrap.servers": self._bootstrap,
                 "group.id": "tally-serving-overview",
                 "enable.auto.commit": False,
+                "enable.partition.eof": True,  # `read_ends` reads to the end the broker signals
                 "log_level": 2,  # no log line per failed connection: the answer says what failed
             }
         )
@@ -79,13 +81,7 @@ class EndOffsets:
             topic = consumer.list_topics(self._topic, timeout=BROKER_TIMEOUT_S).topics.get(self._topic)
             if topic is None or topic.error is not None:
                 raise LookupError(f"topic not found ({topic.error if topic else None})")
-            ends = {}
-            for partition in sorted(topic.partitions):
-                _, high = consumer.get_watermark_offsets(
-                    TopicPartition(self._topic, partition), timeout=BROKER_TIMEOUT_S, cached=False
-                )
-                ends[partition] = high
-            return ends
+            return read_ends(consumer, self._topic, sorted(topic.partitions), BROKER_TIMEOUT_S)
         finally:
             consumer.close()
 

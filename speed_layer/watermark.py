@@ -14,9 +14,9 @@ from collections import deque
 from collections.abc import Callable
 
 import redis.asyncio as aioredis
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from counting import keys
+from counting.offsets import end_reader, read_ends
 
 # Keep at most this many unsatisfied samples (dropping the oldest only delays the watermark).
 MAX_SAMPLES = 10_000
@@ -34,43 +34,6 @@ return tostring(current)
 EndOffsets = Callable[[], dict[int, int]]
 
 
-def end_reader(bootstrap: str, group: str) -> Consumer:
-    """A consumer for `read_end` (it needs the broker to signal a partition's end)."""
-    return Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-
-
-def read_end(consumer: Consumer, topic: str, partition: int, timeout_s: float) -> int:
-    """The end offset of a partition (the offset its next record will get). The high watermark is
-    checked by reading from its last record to the end the broker signals: the local Tansu broker
-    reports a write of several records as ending after the first of them (5 records written at
-    once at offsets 0-4 report an end of 1), which would let the archiver watermark pass records not
-    yet archived. On Kafka the read finds the end at once."""
-    _, high = consumer.get_watermark_offsets(
-        TopicPartition(topic, partition), timeout=timeout_s, cached=False
-    )
-    if high <= 0:
-        return high
-    consumer.assign([TopicPartition(topic, partition, high - 1)])
-    end = high
-    while True:
-        record = consumer.poll(timeout_s)
-        if record is None:  # the broker did not say: what it reported is all we know
-            return end
-        error = record.error()
-        offset = record.offset()
-        if error is None:
-            end = max(end, (offset if offset is not None else end - 1) + 1)
-        elif error.code() == KafkaError._PARTITION_EOF:
-            return max(end, offset if offset is not None else end)
-
-
 class BrokerEndOffsets:
     """Reads a topic's end offsets (the offset the next record will get) from the broker; blocking."""
 
@@ -86,7 +49,7 @@ class BrokerEndOffsets:
             raise LookupError(
                 f"topic {self.topic!r} not found on the broker ({topic.error if topic else None})"
             )
-        return {p: read_end(self._consumer, self.topic, p, self._timeout) for p in topic.partitions}
+        return read_ends(self._consumer, self.topic, topic.partitions, self._timeout)
 
     def close(self) -> None:
         self._consumer.close()

@@ -8,8 +8,8 @@ from collections.abc import Callable
 import redis
 
 from counting import keys
+from counting.offsets import end_reader, read_ends
 from counting.settings import Settings
-from speed_layer.watermark import end_reader, read_end
 
 
 def speed_totals(client: redis.Redis, video_id: str) -> dict[str, int]:
@@ -33,7 +33,7 @@ def end_offsets(settings: Settings) -> dict[int, int]:
     """The next offset of each partition of the events topic."""
     consumer = end_reader(settings.kafka_bootstrap, "tally-cli-offsets")
     try:
-        return {p: read_end(consumer, settings.events_topic, p, 10) for p in range(settings.topic_partitions)}
+        return read_ends(consumer, settings.events_topic, range(settings.topic_partitions), 10)
     finally:
         consumer.close()
 
