@@ -25,7 +25,7 @@ from batch_layer.extract import read_log
 from batch_layer.payouts import payouts_of_classified, save_computed_payouts
 from batch_layer.reach import creator_viewers, write_creator_viewers
 from batch_layer.rules_used import save_run_rules
-from batch_layer.series import bucket_totals, write_series
+from batch_layer.series import bucket_totals, write_series, write_tiers
 from batch_layer.session import session_for
 from batch_layer.transform import classify, daily_totals, grain_counts, video_totals
 from counting.bots import filter_of
@@ -94,6 +94,7 @@ def compute_batch(
                 table = load.baseline_table(video_totals(grain))
                 load.write_daily(settings, run_id, bot_filter.version, daily_totals(grain))
                 write_series(settings, run_id, bucket_totals(grain))
+                write_tiers(settings, run_id, grain, classified)
                 events_read = events.count()
             finally:
                 grain.unpersist()

@@ -104,6 +104,12 @@ class Settings(BaseSettings):
         description="the bot rules file operators edit (check it with 'tally rules check FILE'); "
         "default: the rules shipped with Tally, counting/bot_rules.toml",
     )
+    history_minute_retention_ms: int = Field(
+        default=7 * 24 * HOUR_MS, gt=0, description="how far back the timeseries answers 1-minute points"
+    )
+    history_hour_retention_ms: int = Field(
+        default=365 * 24 * HOUR_MS, gt=0, description="how far back the timeseries answers 1-hour points"
+    )
 
     @field_validator("trusted_proxies")
     @classmethod

@@ -35,7 +35,7 @@ from serving_layer.payouts import creator_payouts
 from serving_layer.schemas import ERRORS, CreatorPayouts, ErrorAnswer, error_answer, unavailable
 from serving_layer.speed import top_videos
 from serving_layer.stats import REDIS_ERRORS, Answer, StatsReader, encode_json, now_ms
-from serving_layer.timeseries import DEFAULT_BUCKETS, MAX_BUCKETS, read_series
+from serving_layer.timeseries import DEFAULT_BUCKETS, MAX_BUCKETS, Refused, Step, Window, series_answer
 from serving_layer.trends import trends_router
 
 STATIC = FilePath(__file__).parent / "static"
@@ -124,38 +124,26 @@ def create_app(settings: Settings) -> FastAPI:
             Query(
                 ge=1,
                 le=MAX_BUCKETS,
-                description=f"how many buckets: from `start` on, or up to `end` (default: now); "
-                f"alone, the last N (default {DEFAULT_BUCKETS})",
+                description=f"how many buckets (steps, with `step`): from `start` on, or up to `end` "
+                f"(default: now); alone, the last N (default {DEFAULT_BUCKETS})",
+            ),
+        ] = None,
+        step: Annotated[
+            Step | None,
+            Query(
+                description="a history tier: 1m or 1h points (each within its retention, "
+                "TALLY_HISTORY_MINUTE_RETENTION_MS / TALLY_HISTORY_HOUR_RETENTION_MS); "
+                "default: one point per speed bucket"
             ),
         ] = None,
     ) -> Any:
-        """Counted and refused views per bucket: batch buckets before the cutoff, speed after."""
-        bucket_ms = settings.bucket_ms
-        if start is not None and end is not None and buckets is not None:
-            return error_answer(422, "buckets", "give at most two of start, end and buckets")
-        if start is not None:
-            start_bucket = start // bucket_ms
-            if buckets is not None:
-                end_bucket = start_bucket + buckets
-            else:
-                end_bucket = -(-end // bucket_ms) if end is not None else now_ms() // bucket_ms + 1
-        else:
-            end_bucket = -(-end // bucket_ms) if end is not None else now_ms() // bucket_ms + 1
-            start_bucket = end_bucket - (buckets or DEFAULT_BUCKETS)
-        if end_bucket <= start_bucket:
-            return error_answer(422, "end", f"must be after start (got start={start}, end={end})")
-        if end_bucket - start_bucket > MAX_BUCKETS:
-            reason = f"range spans more than {MAX_BUCKETS} buckets of {bucket_ms} ms"
-            return error_answer(422, "start", reason)
-        try:
-            points = await read_series(
-                redis, baselines, video_id, max(start_bucket, 0), end_bucket, bucket_ms
-            )
-            degraded = False
-        except REDIS_ERRORS:
-            points = await read_series(None, baselines, video_id, max(start_bucket, 0), end_bucket, bucket_ms)
-            degraded = True
-        return {"video_id": video_id, "bucket_ms": bucket_ms, "points": points, "approx": degraded}
+        """Counted and refused views per bucket, or per step of a history tier: batch points before
+        the cutoff, speed after; each point has its `start_ms` and `width_ms`."""
+        window = Window(start, end, buckets)
+        answer = await series_answer(redis, baselines, settings, video_id, window, step, now_ms())
+        if isinstance(answer, Refused):
+            return error_answer(422, answer.field, answer.reason)
+        return answer
 
     @app.get("/v1/creators/{creator_id}/payouts", response_model=CreatorPayouts)
     async def payouts(

@@ -1,4 +1,5 @@
-"""Keep the published baseline (and its per-bucket series) in memory; reload on a new publish."""
+"""Keep the published baseline (its per-bucket series and history tiers) in memory; reload on a new
+publish."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from counting import rules
 from warehouse.baseline import CREATOR_VIEWERS_DIR, POINTER, Baseline, current_baseline
 
 SERIES_DIR = "bucket_video"
+# The history tiers a run holds (`batch_layer.series.TIERS`): step (ms) -> folder of the run.
+TIER_DIRS: dict[int, str] = {rules.MINUTE_MS: "minute_video", rules.HOUR_MS: "hour_video"}
+_COUNTS = ("views", "rejected", "short_views")
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,9 @@ class BaselineCache:
         self._baseline: Baseline | None = None
         self._series: dict[str, dict[int, BucketCounts]] | None = None
         self._reach: dict[str, int] | None = None
+        # Per step: the earliest step start kept, and the video's counts per step start (None: the
+        # run has no such tier).
+        self._tiers: dict[int, tuple[int, dict[str, dict[int, BucketCounts]] | None]] = {}
 
     def get(self) -> Baseline | None:
         try:
@@ -44,6 +52,7 @@ class BaselineCache:
             self._baseline = current_baseline(self._dir)
             self._series = None
             self._reach = None
+            self._tiers = {}
             self._stamp = stamp
         return self._baseline
 
@@ -55,6 +64,22 @@ class BaselineCache:
         if self._series is None:
             self._series = self._load_series(self._batch_dir / baseline.run_id / SERIES_DIR)
         return self._series.get(video_id, {})
+
+    def tier(self, video_id: str, step_ms: int, since_ms: int = 0) -> dict[int, BucketCounts] | None:
+        """The batch's counts of a video per step of a history tier, by step start (ms): at least
+        the steps starting at or after `since_ms` (the tier's retention; older steps are not loaded,
+        and a later call asking for older ones loads them). Empty before any batch; None when the
+        served run has no such tier (made before the tiers were written)."""
+        baseline = self.get()
+        if baseline is None or self._batch_dir is None:
+            return {}
+        loaded = self._tiers.get(step_ms)
+        if loaded is None or since_ms < loaded[0]:
+            path = self._batch_dir / baseline.run_id / TIER_DIRS[step_ms]
+            loaded = (since_ms, self._load_tier(path, since_ms) if path.exists() else None)
+            self._tiers[step_ms] = loaded
+        series = loaded[1]
+        return None if series is None else series.get(video_id, {})
 
     def creator_viewers(self, creator_id: str) -> int | None:
         """The creator's exact unique viewers as of the baseline's cutoff: 0 for a creator without
@@ -80,4 +105,13 @@ class BaselineCache:
         for row in pq.read_table(path).to_pylist():
             counts = BucketCounts(int(row["views"]), int(row["rejected"]), int(row["short_views"]))
             series.setdefault(row["video_id"], {})[int(row["bucket"])] = counts
+        return series
+
+    @staticmethod
+    def _load_tier(path: Path, since_ms: int) -> dict[str, dict[int, BucketCounts]]:
+        table = pq.read_table(path, filters=[("start_ms", ">=", since_ms)])
+        columns = (table[name].to_pylist() for name in ("video_id", "start_ms", *_COUNTS))
+        series: dict[str, dict[int, BucketCounts]] = {}
+        for video_id, start, views, rejected, short_views in zip(*columns, strict=True):
+            series.setdefault(video_id, {})[start] = BucketCounts(views, rejected, short_views)
         return series
