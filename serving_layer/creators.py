@@ -5,6 +5,7 @@ it, as `counting.oracle.creator_counts` defines them."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Annotated
 
 import sqlalchemy as sa
@@ -46,8 +47,25 @@ def videos_of(store_url: str, creator_id: str) -> list[str]:
         ) from exc
 
 
+# The catalog changes rarely: a creator's video list is read from the store at most this often.
+CATALOG_TTL_S = 30.0
+
+
 def creators_router(settings: Settings, redis: Redis, baselines: BaselineCache) -> APIRouter:
     router = APIRouter()
+    listed: dict[str, tuple[float, list[str]]] = {}
+
+    async def videos_cached(creator_id: str) -> list[str]:
+        now = time.monotonic()
+        hit = listed.get(creator_id)
+        if hit is not None and now - hit[0] < CATALOG_TTL_S:
+            return hit[1]
+        videos = await videos_cached(creator_id)
+        if len(listed) > 100_000:
+            listed.clear()
+        if videos:  # an unknown creator is asked again: its catalog may be loaded any moment
+            listed[creator_id] = (now, videos)
+        return videos
 
     @router.get(
         "/v1/creators/{creator_id}/stats",
@@ -77,8 +95,8 @@ def creators_router(settings: Settings, redis: Redis, baselines: BaselineCache) 
         degraded: list[str] = []
         base_viewers = baselines.creator_viewers(creator_id) if baseline else 0
         try:
-            for video_id in videos:
-                speed, _ = await read_video(redis, video_id, from_bucket, now, ())
+            reads = await asyncio.gather(*(read_video(redis, v, from_bucket, now, ()) for v in videos))
+            for speed, _ in reads:
                 views, likes, dislikes = views + speed.views, likes + speed.likes, dislikes + speed.dislikes
             fresh = await new_viewers(redis, videos, from_bucket)
             if fresh is not None and base_viewers is not None:
