@@ -16,21 +16,10 @@ from counting.event import VIDEO_ID_PATTERN
 from counting.milestones import milestone_id
 from counting.settings import Settings
 from serving_layer.errors import StoreUnavailable
+from serving_layer.schemas import MilestoneAnswer
 from warehouse.errors import StoreError
-from warehouse.milestones import Milestone, milestones_of
+from warehouse.milestones import Milestone, milestones_of, recent_milestones
 from warehouse.store import open_store
-
-
-class MilestoneAnswer(BaseModel):
-    milestone_id: str
-    step: int
-    step_display: str
-    views: int  # the published views that reached it
-    run_id: str
-    cutoff: int
-    recorded_at: str
-    announced: bool
-    webhook: str  # off, pending, delivered, dead
 
 
 class VideoMilestones(BaseModel):
@@ -38,9 +27,10 @@ class VideoMilestones(BaseModel):
     milestones: list[MilestoneAnswer]
 
 
-def _answer(m: Milestone) -> MilestoneAnswer:
+def answer_of(m: Milestone) -> MilestoneAnswer:
     return MilestoneAnswer(
         milestone_id=milestone_id(m.video_id, m.step),
+        video_id=m.video_id,
         step=m.step,
         step_display=readable(m.step),
         views=m.views,
@@ -52,11 +42,14 @@ def _answer(m: Milestone) -> MilestoneAnswer:
     )
 
 
-def read_milestones(store_url: str, video_id: str) -> list[Milestone]:
+def read_milestones(store_url: str, video_id: str | None, limit: int = 10) -> list[Milestone]:
+    """A video's milestones, or with `video_id` None the `limit` recorded last (any video)."""
     try:
         with open_store(store_url) as store:
             if not sa.inspect(store.engine).has_table("milestones"):
                 return []
+            if video_id is None:
+                return recent_milestones(store, limit)
             return milestones_of(store, video_id)
     except (SQLAlchemyError, StoreError) as exc:
         raise StoreUnavailable(
@@ -73,6 +66,6 @@ def milestones_router(settings: Settings) -> APIRouter:
     ) -> VideoMilestones:
         """The view-count steps the video reached in published baselines, lowest first."""
         found = await asyncio.to_thread(read_milestones, settings.store_url, video_id)
-        return VideoMilestones(video_id=video_id, milestones=[_answer(m) for m in found])
+        return VideoMilestones(video_id=video_id, milestones=[answer_of(m) for m in found])
 
     return router

@@ -15,10 +15,12 @@ from counting.offsets import read_ends
 from counting.settings import Settings
 from serving_layer.baselines import BaselineCache
 from serving_layer.errors import StoreUnavailable
+from serving_layer.milestones import answer_of, read_milestones
 from serving_layer.schemas import (
     BatchFreshness,
     BotShare,
     ConsumerLag,
+    MilestoneAnswer,
     OverviewAnswer,
     OverviewPoint,
     PartitionLag,
@@ -33,6 +35,8 @@ TOP_VIDEOS = 10  # videos in each of the top and rising lists
 BROKER_TIMEOUT_S = 1.0  # per broker request; the whole reading is given twice that
 END_OFFSETS_KEPT_S = 2.0  # the overview polls every few seconds: one broker reading serves them all
 BUCKET_READS_IN_FLIGHT = 16
+RECENT_MILESTONES = 10
+MILESTONES_KEPT_S = 5.0
 _REJECTED = "rejected:"
 
 
@@ -89,6 +93,20 @@ class EndOffsets:
 def overview_router(settings: Settings, redis: Redis, baselines: BaselineCache) -> APIRouter:
     router = APIRouter()
     end_offsets = EndOffsets(settings)
+    recent: list[tuple[float, list[MilestoneAnswer]]] = []  # (read at, the milestones recorded last)
+
+    async def milestones_recorded_last() -> tuple[list[MilestoneAnswer], str | None]:
+        """The RECENT_MILESTONES recorded last, from the store, read at most every MILESTONES_KEPT_S."""
+        if recent and time.monotonic() - recent[0][0] < MILESTONES_KEPT_S:
+            return recent[0][1], None
+        try:
+            found = await asyncio.to_thread(read_milestones, settings.store_url, None, RECENT_MILESTONES)
+        except StoreUnavailable as exc:
+            return [], f"milestones unknown: {exc}"
+        answers = [answer_of(m) for m in found]
+        recent[:] = [(time.monotonic(), answers)]
+        return answers, None
+
     bucket_ms = settings.bucket_ms
 
     @router.get("/v1/overview", response_model=OverviewAnswer)
@@ -103,6 +121,9 @@ def overview_router(settings: Settings, redis: Redis, baselines: BaselineCache) 
         )
         degraded: list[str] = []
         ends, broker_trouble = await end_offsets.get()
+        milestones, store_trouble = await milestones_recorded_last()
+        if store_trouble is not None:
+            degraded.append(store_trouble)
         try:
             buckets = await _per_bucket(redis, first, last)
             top = await top_videos(redis, first, last, TOP_VIDEOS)
@@ -168,6 +189,7 @@ def overview_router(settings: Settings, redis: Redis, baselines: BaselineCache) 
                 )
                 for v in rising[:TOP_VIDEOS]
             ],
+            milestones=milestones,
             degraded=degraded,
         )
 

@@ -184,6 +184,21 @@ class BatchFreshness(BaseModel):
     stale: bool
 
 
+class MilestoneAnswer(BaseModel):
+    """A step of the milestone ladder a video reached in a published baseline (`counting.milestones`)."""
+
+    milestone_id: str
+    video_id: str
+    step: int
+    step_display: str
+    views: int  # the published views that reached it
+    run_id: str
+    cutoff: int
+    recorded_at: str
+    announced: bool
+    webhook: str  # off, pending, delivered, dead
+
+
 class OverviewAnswer(BaseModel):
     """The platform over the last `window_buckets` speed buckets, the current one counted up to
     `as_of`: `window_secs` from `from_ms` (the first bucket's start) to `as_of` inclusive; the rates
@@ -204,4 +219,5 @@ class OverviewAnswer(BaseModel):
     batch: BatchFreshness | None
     top: list[TrendingVideo]
     rising: list[TrendingVideo]
+    milestones: list[MilestoneAnswer]  # the last recorded, newest first
     degraded: list[str]

@@ -62,6 +62,17 @@ def milestones_of(store: Store, video_id: str) -> list[Milestone]:
         return [_of(row) for row in connection.execute(query)]
 
 
+def recent_milestones(store: Store, limit: int) -> list[Milestone]:
+    """The milestones recorded last, newest first (the higher step first within a run)."""
+    with store.engine.begin() as connection:
+        query = (
+            sa.select(milestones)
+            .order_by(milestones.c.recorded_at.desc(), milestones.c.step.desc(), milestones.c.video_id)
+            .limit(limit)
+        )
+        return [_of(row) for row in connection.execute(query)]
+
+
 def unannounced(store: Store) -> list[Milestone]:
     """The milestones not yet in the topic, oldest first."""
     with store.engine.begin() as connection:

@@ -234,6 +234,15 @@ function showOverview(answer) {
     rising.appendChild(li);
   }
   if (!answer.rising.length) rising.appendChild(el("li", { class: "empty" }, "no views in the window"));
+  const milestones = document.getElementById("ov-milestones");
+  milestones.replaceChildren();
+  for (const m of answer.milestones || []) {
+    const li = el("li");
+    const when = `${m.step_display} views · run ${m.run_id} · ${m.announced ? "announced" : "not announced yet"}`;
+    li.append(videoLink(m.video_id), el("span", { class: "n" }, when));
+    milestones.appendChild(li);
+  }
+  if (!(answer.milestones || []).length) milestones.appendChild(el("li", { class: "empty" }, "none reached yet"));
 
   const bucketSecs = answer.bucket_ms / 1000;
   setText("ov-asof", `${answer.window_buckets} buckets of ${fmtDuration(bucketSecs)} · as of ${iso(answer.as_of)}`);

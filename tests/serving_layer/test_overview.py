@@ -311,3 +311,31 @@ def test_a_scripted_client_shows_in_the_bot_share(
         "share": 0.25,
         "by_reason": [{"reason": "scripted_agent", "views": 1, "share": 0.25}],
     }
+
+
+def test_the_milestones_recorded_last_are_listed_newest_first(settings: Settings, history: History) -> None:
+    from datetime import UTC, datetime
+
+    from counting import oracle
+    from tally.milestones import record_reached
+    from warehouse.baseline import current_baseline
+
+    ladder = settings.model_copy(update={"milestone_steps": [1, 2, 3, 5, 8]})
+    run = history.runs[0]
+    history.publish(ladder, run)
+    baseline = current_baseline(ladder.baselines_dir)
+    assert baseline is not None
+    recorded = record_reached(ladder, baseline, datetime.now(UTC))
+
+    with TestClient(create_app(ladder)) as api:
+        listed = api.get("/v1/overview").json()["milestones"]
+
+    truth = oracle.milestones(history.events, [run.cutoff], ladder.milestone_steps)
+    assert {(m.video_id, m.step) for m in recorded} == truth
+    assert len(listed) == min(10, len(truth))
+    assert [(m["step"], m["video_id"]) for m in listed] == sorted(
+        ((step, video) for video, step in truth), key=lambda item: (-item[0], item[1])
+    )[: len(listed)]
+    assert all(
+        m["announced"] is False and m["milestone_id"] == f"{m['video_id']}:{m['step']}" for m in listed
+    )
