@@ -1,12 +1,6 @@
-"""Bot verdicts of views in Spark, with the rules of a `counting.bots.BotFilter` computed once per
-distinct value.
-
-The signals of a user agent, an address and a TLS fingerprint are computed by the filter on the
-driver, once per distinct value, and only the flagged values go back to the rows. The watch
-anomaly and the two window thresholds are Column expressions of the filter's thresholds. The
-verdict of each of the 2,048 combinations of signals is the filter's `rejection_reason`, evaluated on
-the driver and applied as an array indexed by the mask, so weights, the reject score and the
-tie-break exist once.
+"""Bot verdicts of views in Spark, with the rules of a `counting.bots.BotFilter` computed on the driver
+once per distinct value, and the verdict of each signal mask once. Why and measured:
+docs/decisions/0004-batch-jvm-settings.md.
 """
 
 from __future__ import annotations
@@ -37,8 +31,8 @@ def _flagged_values(
     cannot hold for are left out). One pass gathers the distinct combinations of the columns'
     values (few: agents, fingerprints, and the addresses in or near a range); each rule then runs
     on the driver once per value, so no Python worker runs and no row is shuffled for it. The
-    combinations come from a code-generated hash aggregate, not from `collect_set`, whose object
-    aggregate copies every value it sees (about 1.5 times the CPU on 10 million rows).
+    combinations come from a code-generated hash aggregate, not from `collect_set` (see
+    docs/decisions/0004-batch-jvm-settings.md).
     """
     columns: dict[str, Column] = {}
     for column, _, may_hold in rules.values():
@@ -50,9 +44,9 @@ def _flagged_values(
 
 
 def _is_in(column: str, values: list[str]) -> Column:
-    """`F.col(column).isin(values)` made in one call to the JVM: `isin` makes one literal per value,
-    each a round trip (0.7-0.9 ms: 1.4-1.8 s for the 2,000 flagged addresses of the 10M benchmark).
-    The values travel as UTF-8 hex in one SQL expression, so no text of theirs is parsed as SQL."""
+    """`F.col(column).isin(values)` made in one call to the JVM (`isin` makes one literal per value,
+    each a round trip). The values travel as UTF-8 hex in one SQL expression, so no text of theirs
+    is parsed as SQL."""
     return F.expr(f"`{column}` IN ({', '.join(map(_string_literal, values))})")
 
 
@@ -94,8 +88,8 @@ def _may_be_datacenter_ip(ip: Column, bot_filter: BotFilter) -> Column:
     `::`), and an IPv4-mapped one (`::ffff:0:0/96`) has a zero first group. So an address of a
     range starts with one of the range's first octets or first groups, or is IPv6 text whose first
     group is zero; every other value is left out. Both tests are set lookups of a short prefix of
-    the text as written (no number parsing, no case mapping: Spark's `lower` maps case with ICU,
-    whose set-up alone took 0.3 CPU-s of the first scan): this runs on every view.
+    the text as written (no number parsing, no case mapping: Spark's `lower` sets up ICU): this
+    runs on every view.
     """
     octets: set[str] = set()
     groups: set[str] = set()
@@ -182,8 +176,8 @@ def with_static_signals(events: DataFrame, bot_filter: BotFilter) -> DataFrame:
     static[bots.MISSING_AGENT] = static[bots.MISSING_AGENT] | F.col("user_agent").isNull()
     static[bots.WATCH_ANOMALY] = _is_watch_anomaly(bot_filter)
     static[bots.WATCH_RATIO] = _is_low_watch_ratio(bot_filter)
-    # One projection adds the mask (each DataFrame step analyses the whole plan again, about 0.3 s
-    # with the flagged addresses in it); join columns, if any, go with the columns of the log.
+    # One projection adds the mask (each DataFrame step analyses the whole plan again); join
+    # columns, if any, go with the columns of the log.
     return events.select(*log_columns, F.when(F.col("type") == "view", _mask(static)).alias(STATIC_SIGNALS))
 
 

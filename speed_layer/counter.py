@@ -1,10 +1,7 @@
 """The counter's pure part: turn a micro-batch of records into per-partition Redis write plans,
 deciding every verdict with the rules of `counting/` (the Lua script only applies the plan).
 
-Planning is the counter's hot path: events are grouped per video (one entry per video and bucket
-for the counts, sketches and trending), keys are built once per video, day and window, the bot
-signals that need no window are cached per client and per address, and the plan is a few flat
-lists that msgpack encodes in one call.
+Planning is the hot path; how it is kept cheap: docs/decisions/0001-exactly-once-via-redis.md.
 """
 
 from __future__ import annotations
@@ -26,9 +23,8 @@ from speed_layer.hot import HotVideos
 from speed_layer.records import Record, by_partition, decode_record
 from speed_layer.windows import ViewWindows
 
-# One script call stays short (Redis runs nothing else meanwhile and reads wait: about 50-100 ms at
-# most on a 2-core machine; bigger plans share more per-video work, smaller ones block less): a plan
-# is cut at a record boundary once it holds this many events; each piece commits its own offset.
+# A plan is cut at a record boundary once it holds this many events (each piece commits its own
+# offset), so one script call stays short: docs/decisions/0001-exactly-once-via-redis.md.
 MAX_EVENTS_PER_SCRIPT = 10_000
 # Presence older than this behind the newest heartbeat of a video is dropped by the write.
 PRESENCE_KEEP_MS = 10 * rules.PRESENCE_MS

@@ -1,19 +1,9 @@
-"""The atomic Redis write of one micro-batch of one partition: a Lua script (`write.lua`) that checks
-the partition's owner, skips records at or below the stored offset, sets markers if absent,
-compares reactions, increments, keeps sketches, trending and shard counts, and stores the offset.
+"""The atomic Redis write of one micro-batch of one partition (`write.lua`) and the layout of its plan.
+Why it is built so, and what it costs: docs/decisions/0001-exactly-once-via-redis.md.
 
 Python decides the verdicts, keys, buckets and expiry times; the script only sets if absent,
-compares, adds and increments, so a batch that did not commit leaves no marker behind.
-
-The result does not depend on the order the records are applied in. The counting rules pick the
-first copy of an event and the first view of a viewer in a window by ingestion order, and a
-reaction's state by event time, but a hot video's viewer moves to another partition when its shard
-count grows, and two ingest workers may append to a partition out of time order. So the markers
-hold the ingest time of what they stand for, and an event applied after a later one takes its
-place: a view ingested earlier than the counted one of its window becomes the counted one (the
-other turns into a repeat in its own bucket), a viewer's first bucket moves earlier, a copy ingested
-earlier moves its outcome to its bucket, and a reaction corrects the like deltas of the buckets it
-reaches. Totals and every bucket then equal the oracle's split at any batch cutoff.
+compares, adds and increments. Markers hold ingest times, so any order of application gives the
+same state (0001, "Any order of application").
 
 KEYS: [partition offset, partition owner]. The plan is one msgpack array in ARGV[1]; the other keys
 it touches travel inside it, built by Python from `counting.keys` (each carries its video's tag):
@@ -60,25 +50,16 @@ it touches travel inside it, built by Python from `counting.keys` (each carries 
 Timestamps are integers below 2^53; Redis formats Lua numbers with 17 significant digits, so
 millisecond times pass through exactly.
 
-Unique viewers are kept as `viewer_digest`s (8 bytes of BLAKE2b of the viewer in hex, by Python):
-Redis hashes HyperLogLog elements with MurmurHash64A, which spreads look-alike names such as
-`viewer-1`, `viewer-2` badly (-3 % at a million of them); digests spread evenly (0.81 % standard
-error), and 64-bit digests of up to the exact limit's viewers do not collide in practice.
-`viewers_key` is a hash of the video's viewer digests to the first bucket each was counted in
-while it holds fewer than `exact_viewers_limit` of them (each bucket's `uniques` counts the viewers
-first seen in it, exact); at the limit it is folded into a HyperLogLog under the same key and only
-the sketch grows.
+Unique viewers are kept as `viewer_digest`s (8 bytes of BLAKE2b of the viewer in hex, by Python;
+why: docs/decisions/0003-lambda-merge.md). `viewers_key` is a hash of the video's viewer digests to
+the first bucket each was counted in while it holds fewer than `exact_viewers_limit` of them (each
+bucket's `uniques` counts the viewers first seen in it, exact); at the limit it is folded into a
+HyperLogLog under the same key and only the sketch grows.
 Every bucket also keeps a HyperLogLog of its counted viewers.
 
-Redis Cluster: the offset, owner, trending and videos-index keys carry no video tag, and one plan
-holds many videos, so one plan needs a single Redis (a cluster answers CROSSSLOT). The way there:
-one script per (partition, video group) with the group's offset and owner generation kept under
-its hash tag, and the trending and videos-index updates sent after the script as idempotent
-`ZADD GT` of the bucket's total views (returned by the script, resent on replay) and `SADD`.
-Measured on 200,000 bench events (2,000 videos, 80 plans): one script per (partition, video) made
-27,016 calls instead of 80 and cost about 30 % more Redis CPU per event (11.7-11.9 against
-14.6-15.8 us, same plans), so groups should hold many videos (a hash tag per group of videos
-rather than per video).
+Redis Cluster: one plan touches keys of many videos and untagged ones, so it needs a single Redis
+(a cluster answers CROSSSLOT). The way there and its measured cost:
+docs/decisions/0001-exactly-once-via-redis.md.
 """
 
 from __future__ import annotations
