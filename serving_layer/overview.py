@@ -27,9 +27,9 @@ from serving_layer.schemas import (
     RefusedReason,
     TrendingVideo,
 )
-from serving_layer.speed import platform_counts, top_videos, window_views
+from serving_layer.speed import platform_counts, top_videos
 from serving_layer.stats import REDIS_ERRORS, now_ms
-from serving_layer.trends import WindowBuckets
+from serving_layer.trends import WindowBuckets, rising_videos
 
 TOP_VIDEOS = 10  # videos in each of the top and rising lists
 BROKER_TIMEOUT_S = 1.0  # per broker request; the whole reading is given twice that
@@ -93,18 +93,18 @@ class EndOffsets:
 def overview_router(settings: Settings, redis: Redis, baselines: BaselineCache) -> APIRouter:
     router = APIRouter()
     end_offsets = EndOffsets(settings)
-    recent: list[tuple[float, list[MilestoneAnswer]]] = []  # (read at, the milestones recorded last)
+    kept: list[tuple[float, list[MilestoneAnswer]]] = []  # (read at, the milestones recorded last)
 
     async def milestones_recorded_last() -> tuple[list[MilestoneAnswer], str | None]:
         """The RECENT_MILESTONES recorded last, from the store, read at most every MILESTONES_KEPT_S."""
-        if recent and time.monotonic() - recent[0][0] < MILESTONES_KEPT_S:
-            return recent[0][1], None
+        if kept and time.monotonic() - kept[0][0] < MILESTONES_KEPT_S:
+            return kept[0][1], None
         try:
             found = await asyncio.to_thread(read_milestones, settings.store_url, None, RECENT_MILESTONES)
         except StoreUnavailable as exc:
             return [], f"milestones unknown: {exc}"
         answers = [answer_of(m) for m in found]
-        recent[:] = [(time.monotonic(), answers)]
+        kept[:] = [(time.monotonic(), answers)]
         return answers, None
 
     bucket_ms = settings.bucket_ms
@@ -116,9 +116,7 @@ def overview_router(settings: Settings, redis: Redis, baselines: BaselineCache) 
         reason and their share of the judged views; the counter's lag per partition of the events
         topic; the served batch run and its age; the top videos by views and the fastest rising."""
         now = now_ms()
-        first, last, base_first, base_last = trends.windows(
-            now, bucket_ms, window_buckets, trends.DEFAULT_BASELINE_BUCKETS
-        )
+        first, last, _, _ = trends.windows(now, bucket_ms, window_buckets, 0)
         degraded: list[str] = []
         ends, broker_trouble = await end_offsets.get()
         milestones, store_trouble = await milestones_recorded_last()
@@ -127,8 +125,9 @@ def overview_router(settings: Settings, redis: Redis, baselines: BaselineCache) 
         try:
             buckets = await _per_bucket(redis, first, last)
             top = await top_videos(redis, first, last, TOP_VIDEOS)
-            recent = await window_views(redis, first, last)
-            before = await window_views(redis, base_first, base_last)
+            rising = await rising_videos(
+                redis, now, bucket_ms, window_buckets, trends.DEFAULT_BASELINE_BUCKETS, TOP_VIDEOS
+            )
             lag = await _consumer_lag(redis, settings, ends)
         except REDIS_ERRORS as exc:
             raise StoreUnavailable(
@@ -141,18 +140,13 @@ def overview_router(settings: Settings, redis: Redis, baselines: BaselineCache) 
         if behind:
             degraded.append(
                 f"the broker's end offset is below what the counter counted on partition "
-                f"{', '.join(behind)}: the broker lost records, is not the one the counter read, or "
-                "under-reports its end (the local Tansu broker answers a partition's end after a write of "
-                "several records as that write's first offset + 1)"
+                f"{', '.join(behind)}: the broker lost records or is not the one the counter read"
             )
         totals: dict[str, int] = {}
         for counts in buckets:
             for name, value in counts.items():
                 totals[name] = totals.get(name, 0) + value
         window_secs = (now - first * bucket_ms + 1) / 1000
-        rising = trends.velocities(
-            recent, before, now, bucket_ms, window_buckets, trends.DEFAULT_BASELINE_BUCKETS
-        )
         batch = _freshness(baselines, now, settings.retention_ms)
         if batch is not None and batch.stale:
             degraded.append("baseline older than the speed retention: recent counts may be missing")
@@ -179,16 +173,7 @@ def overview_router(settings: Settings, redis: Redis, baselines: BaselineCache) 
             consumer_lag=lag,
             batch=batch,
             top=[TrendingVideo(video_id=v, views=n) for v, n in top],
-            rising=[
-                TrendingVideo(
-                    video_id=v.video_id,
-                    views=v.recent_views,
-                    views_per_minute=v.views_per_minute,
-                    baseline_per_minute=v.baseline_per_minute,
-                    rise=v.rise,
-                )
-                for v in rising[:TOP_VIDEOS]
-            ],
+            rising=rising,
             milestones=milestones,
             degraded=degraded,
         )

@@ -22,6 +22,26 @@ WindowBuckets = Annotated[
 ]
 
 
+async def rising_videos(
+    redis: Redis, now: int, bucket_ms: int, window_buckets: int, baseline_buckets: int, limit: int
+) -> list[TrendingVideo]:
+    """The `limit` videos rising fastest over the window ending now (`counting.trends.velocities`)."""
+    first, last, base_first, base_last = trends.windows(now, bucket_ms, window_buckets, baseline_buckets)
+    recent = await window_views(redis, first, last)
+    baseline = await window_views(redis, base_first, base_last)
+    found = trends.velocities(recent, baseline, now, bucket_ms, window_buckets, baseline_buckets)
+    return [
+        TrendingVideo(
+            video_id=v.video_id,
+            views=v.recent_views,
+            views_per_minute=v.views_per_minute,
+            baseline_per_minute=v.baseline_per_minute,
+            rise=v.rise,
+        )
+        for v in found[:limit]
+    ]
+
+
 def trends_router(settings: Settings, redis: Redis) -> APIRouter:
     router = APIRouter()
 
@@ -50,29 +70,15 @@ def trends_router(settings: Settings, redis: Redis) -> APIRouter:
         """Top videos over the last `window_buckets` speed buckets: by counted views, or by velocity
         (views a minute in the window against the `baseline_buckets` before it)."""
         now = now_ms()
-        first, last, base_first, base_last = trends.windows(
-            now, settings.bucket_ms, window_buckets, baseline_buckets
-        )
+        first, last, _, _ = trends.windows(now, settings.bucket_ms, window_buckets, baseline_buckets)
         try:
             if by == "views":
                 top = await top_videos(redis, first, last, limit)
                 videos = [TrendingVideo(video_id=v, views=n) for v, n in top]
             else:
-                recent = await window_views(redis, first, last)
-                baseline = await window_views(redis, base_first, base_last)
-                found = trends.velocities(
-                    recent, baseline, now, settings.bucket_ms, window_buckets, baseline_buckets
+                videos = await rising_videos(
+                    redis, now, settings.bucket_ms, window_buckets, baseline_buckets, limit
                 )
-                videos = [
-                    TrendingVideo(
-                        video_id=v.video_id,
-                        views=v.recent_views,
-                        views_per_minute=v.views_per_minute,
-                        baseline_per_minute=v.baseline_per_minute,
-                        rise=v.rise,
-                    )
-                    for v in found[:limit]
-                ]
         except REDIS_ERRORS as exc:
             raise unreachable(exc) from exc
         return TrendingAnswer(
