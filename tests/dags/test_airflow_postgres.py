@@ -14,7 +14,6 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -44,12 +43,12 @@ from tally.airflow import (
 from tally.errors import StackError
 from tally.services import free_port
 from tests.logfiles import oracle_rows
+from tests.postgres import ADMIN_URL, fresh_database, require_server
 from tests.writers import writers
 from warehouse.baseline import current_baseline
 from warehouse.migrate import migrate
 from warehouse.store import open_store, upsert_catalog
 
-ADMIN_URL = os.environ.get("TALLY_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 HOUR_MS = 3_600_000
 DAG = "tally_batch"
 STARTUP_SECONDS = 180
@@ -67,21 +66,8 @@ def _libpq(url: str) -> str:
 def airflow_db() -> Iterator[str]:
     """A fresh PostgreSQL database on the machine's server (dropped at the end), as the URL a user
     gives `tally airflow --db`."""
-    name = f"tally_airflow_{uuid.uuid4().hex[:10]}"
-    try:
-        admin = psycopg.connect(ADMIN_URL, autocommit=True, connect_timeout=3)
-    except psycopg.OperationalError as exc:
-        pytest.skip(f"PostgreSQL is not reachable at {ADMIN_URL} ({exc}); set TALLY_TEST_POSTGRES_URL")
-    with admin:
-        admin.execute(f'create database "{name}"')
-        try:
-            yield (
-                sa.make_url(ADMIN_URL)
-                .set(drivername="postgresql+psycopg", database=name)
-                .render_as_string(hide_password=False)
-            )
-        finally:
-            admin.execute(f'drop database if exists "{name}" with (force)')
+    with fresh_database("tally_airflow") as url:
+        yield url
 
 
 # --- a wrong database URL fails fast ---------------------------------------------------------------
@@ -121,10 +107,7 @@ def test_a_server_that_never_answers_fails_within_the_timeout() -> None:
 @pytest.mark.integration
 def test_a_database_not_created_fails_naming_createdb() -> None:
     url = sa.make_url(ADMIN_URL).set(drivername="postgresql+psycopg", database="tally_no_such_db")
-    try:
-        psycopg.connect(ADMIN_URL, connect_timeout=3).close()
-    except psycopg.OperationalError as exc:
-        pytest.skip(f"PostgreSQL is not reachable at {ADMIN_URL} ({exc}); set TALLY_TEST_POSTGRES_URL")
+    require_server()
 
     with pytest.raises(StackError) as raised:
         check_metadata_db(url.render_as_string(hide_password=False))

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, date, datetime
@@ -17,6 +15,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
 from counting.catalog import CatalogRow
+from tests.postgres import fresh_database
 from warehouse.errors import StoreError, StoreUnavailable
 from warehouse.migrate import current_revision, head_revision, migrate
 from warehouse.store import (
@@ -38,7 +37,6 @@ from warehouse.store import (
 )
 from warehouse.tables import files_digest, ids_digest, metadata
 
-ADMIN_URL = os.environ.get("TALLY_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 DAY = date(2026, 11, 20)
 STARTED = datetime(2026, 11, 21, 1, 2, 3, tzinfo=UTC)
 
@@ -46,22 +44,8 @@ STARTED = datetime(2026, 11, 21, 1, 2, 3, tzinfo=UTC)
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """A fresh PostgreSQL database for the session (dropped at the end), as a SQLAlchemy URL."""
-    psycopg = pytest.importorskip("psycopg")
-    name = f"tally_test_{uuid.uuid4().hex[:10]}"
-    try:
-        admin = psycopg.connect(ADMIN_URL, autocommit=True, connect_timeout=3)
-    except psycopg.OperationalError as exc:
-        pytest.skip(f"PostgreSQL is not reachable at {ADMIN_URL} ({exc}); set TALLY_TEST_POSTGRES_URL")
-    with admin:
-        admin.execute(f'create database "{name}"')
-        try:
-            yield (
-                sa.make_url(ADMIN_URL)
-                .set(drivername="postgresql+psycopg", database=name)
-                .render_as_string(hide_password=False)
-            )
-        finally:
-            admin.execute(f'drop database if exists "{name}" with (force)')
+    with fresh_database("tally_test") as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
