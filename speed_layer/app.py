@@ -1,38 +1,35 @@
 """Faust wiring of the two workers (separate apps and consumer groups): the counter and the archiver.
-Logic lives in CounterWorker, ParquetLog and Watermark; this module only connects them to streams."""
+Logic lives in CounterWorker (counter_worker.py) and ArchiveWorker; this module only connects them to
+Faust's streams, timers and rebalance signals."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from functools import partial
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import faust
 import redis.asyncio as aioredis
 from faust.streams import Stream
 from faust.types import TP, EventT, StreamT
 from mode.types.signals import BaseSignalT
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from counting.settings import Settings
-from speed_layer import logs, metrics
+from speed_layer import logs
+from speed_layer.archive_worker import ArchiveWorker
 from speed_layer.archiver import ParquetLog
-from speed_layer.counter_worker import CounterWorker, PlannedBatch
+from speed_layer.counter_worker import Consumed, CounterWorker, count_stream
 from speed_layer.deadletter import DeadLetter
+from speed_layer.fetch_wait import shorten_fetch_wait
 from speed_layer.records import Record
 from speed_layer.watermark import BrokerEndOffsets, Watermark
 
 MAX_COUNTER_RECORDS = 1_000
-# The longest the broker may hold the counter's fetch when it has nothing new (see _shorten_fetch_wait).
+# The longest the broker may hold the counter's fetch when it has nothing new (speed_layer/fetch_wait.py).
 COUNTER_FETCH_WAIT_MS = 100
 MAX_ARCHIVER_RECORDS = 5_000
-RETRY_MAX_S = 5.0
-T = TypeVar("T")
 
 
 def app_id(worker: str, settings: Settings, group: str | None = None) -> str:
@@ -87,16 +84,13 @@ def record_of(event: EventT) -> Record:
     return Record(message.topic, message.partition, message.offset, message.value, message.key)
 
 
-async def _retrying(what: str, action: Callable[[], Awaitable[T]]) -> T:
-    """Run `action` until it succeeds when a store is unreachable (the batch is idempotent)."""
-    delay = 0.2
-    while True:
-        try:
-            return await action()
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-            logs.error("retrying", what=what, error=exc, retry_in_s=delay)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, RETRY_MAX_S)
+def _end_offset(app: faust.App, topic: str, partition: int) -> int | None:
+    """A partition's end offset as the consumer last fetched it (None before its first fetch)."""
+    try:
+        end = app.consumer.highwater(TP(topic, partition))
+    except Exception:
+        return None
+    return cast(int | None, end)
 
 
 OnCrash = Callable[[str, BaseException], None]
@@ -138,44 +132,13 @@ def create_counter_app(
     @app.agent(events_topic, name="count")
     async def count(stream: StreamT[bytes]) -> None:
         logs.info("counter_started", topic=settings.events_topic, redis=settings.redis_url)
-
-        reported: list[BaseException] = []
-
-        async def write_and_ack(batch: PlannedBatch, events: list[EventT]) -> None:
-            try:
-                report = await worker.write(batch)
-                fenced = report.fenced
-                for event in events:
-                    message = event.message
-                    if (message.topic, message.partition) not in fenced:
-                        await stream.ack(event)
-                _observe_lag(app, "counter", batch)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                # Stop here: no later batch may be written (its offsets would pass this one's).
-                reported.append(exc)
-                if crash is not None:
-                    crash("counter", exc)
-                raise
-
-        # One write in flight: the next micro-batch is planned while Redis runs the previous one;
-        # writes still reach Redis in order (each waits for the one before).
-        writing: asyncio.Future[None] | None = None
-        try:
-            async for events in _batches(stream, MAX_COUNTER_RECORDS, settings.counter_flush_ms):
-                batch = worker.plan([record_of(e) for e in events])
-                if writing is not None:
-                    await writing
-                writing = asyncio.ensure_future(write_and_ack(batch, events))
-        except Exception as exc:
-            if crash is not None and exc not in reported:
-                crash("counter", exc)
-            raise
+        consumed = Consumed(record_of, stream.ack, partial(_end_offset, app))
+        batches = _batches(stream, MAX_COUNTER_RECORDS, settings.counter_flush_ms)
+        await count_stream(worker, batches, consumed, partial(_report_crash, crash, "counter"))
 
     @app.on_partitions_assigned.connect
     async def on_assigned(sender: Any, /, *args: Any, signal: BaseSignalT[Any], **kwargs: Any) -> None:
-        _shorten_fetch_wait(app, min(COUNTER_FETCH_WAIT_MS, settings.counter_flush_ms))
+        shorten_fetch_wait(app, min(COUNTER_FETCH_WAIT_MS, settings.counter_flush_ms))
         assigned = args[0] if args else kwargs.get("assigned", set())
         mine = sorted(tp.partition for tp in assigned if tp.topic == settings.events_topic)
         await worker.claim(settings.events_topic, mine)
@@ -183,30 +146,9 @@ def create_counter_app(
     return app
 
 
-def _shorten_fetch_wait(app: faust.App, wait_ms: int) -> None:
-    """Faust asks the broker to hold an empty fetch up to 1.5 s (fetch_max_wait_ms, fixed in its
-    aiokafka driver); Tansu holds it that long even when records arrive meanwhile, which alone
-    adds about 0.4 s (p50) to 0.75 s to the counter's freshness. Shorten it on the running consumer."""
-    aiokafka_consumer = getattr(getattr(app.consumer, "_thread", None), "_consumer", None)
-    fetcher = getattr(aiokafka_consumer, "_fetcher", None)
-    if fetcher is None or not hasattr(fetcher, "_fetch_max_wait_ms"):
-        logs.warning("fetch_wait_unchanged", reason="no aiokafka fetcher found", wait_ms=wait_ms)
-        return
-    fetcher._fetch_max_wait_ms = wait_ms
-
-
-def _observe_lag(app: faust.App, worker: str, batch: PlannedBatch) -> None:
-    """Set the lag gauge of the partitions of a stored batch (the broker's end minus what is stored)."""
-    consumer = app.consumer
-    for write in batch.plan.writes:
-        try:
-            end = consumer.highwater(TP(write.topic, write.partition))
-        except Exception:  # no fetch yet: nothing to report
-            continue
-        if end is not None:
-            metrics.LAG.labels(worker, write.topic, str(write.partition)).set(
-                max(0, end - write.last_offset - 1)
-            )
+def _report_crash(crash: OnCrash | None, worker: str, exc: BaseException) -> None:
+    if crash is not None:
+        crash(worker, exc)
 
 
 def create_archiver_app(
@@ -223,40 +165,16 @@ def create_archiver_app(
     log = ParquetLog(settings.raw_dir, settings.events_topic)
     end_offsets = BrokerEndOffsets(settings.kafka_bootstrap, settings.events_topic)
     watermark = Watermark(client, settings.events_topic, settings.delivery_timeout_ms, end_offsets)
+    worker = ArchiveWorker(settings, log, watermark)
 
     @app.agent(events_topic, name="archive")
     async def archive(stream: StreamT[bytes]) -> None:
-        await asyncio.to_thread(log.recover)
-        positions = await asyncio.to_thread(log.positions)
-        await _retrying("seed_positions", partial(watermark.record_positions, positions))
-        logs.info(
-            "archiver_started", topic=settings.events_topic, raw_dir=settings.raw_dir, positions=positions
-        )
         try:
-            async for events in _batches(stream, MAX_ARCHIVER_RECORDS, settings.archiver_flush_ms):
-                records = [record_of(e) for e in events]
-                started = time.perf_counter()
-                report = await _retrying("write_log", partial(asyncio.to_thread, log.write, records))
-                metrics.FLUSH_SECONDS.labels("archiver").observe(time.perf_counter() - started)
-                metrics.RECORDS.labels("archiver").inc(len(records))
-                metrics.EVENTS.labels("archiver").inc(report.rows)
-                metrics.BATCH_RECORDS.labels("archiver").observe(len(records))
-                metrics.BATCH_EVENTS.labels("archiver").observe(report.rows)
-                await _retrying("record_positions", partial(watermark.record_positions, report.positions))
-                for event in events:
-                    await stream.ack(event)
-                logs.info(
-                    "archive_batch",
-                    records=len(records),
-                    rows=report.rows,
-                    files=len(report.files),
-                    skipped=report.skipped,
-                    poison=report.poison,
-                    positions=report.positions,
-                )
+            await worker.start()
+            batches = _batches(stream, MAX_ARCHIVER_RECORDS, settings.archiver_flush_ms)
+            await worker.archive(batches, record_of, stream.ack)
         except Exception as exc:
-            if crash is not None:
-                crash("archiver", exc)
+            _report_crash(crash, "archiver", exc)
             raise
 
     @app.on_partitions_assigned.connect
@@ -265,16 +183,6 @@ def create_archiver_app(
 
     @app.timer(interval=settings.archiver_flush_ms / 1000)
     async def advance_watermark() -> None:
-        try:
-            # Re-publish what the log holds (covers a Redis that lost the positions, and batches
-            # of poison records only), then sample and advance.
-            await watermark.record_positions(await asyncio.to_thread(log.positions))
-            value = await watermark.tick()
-        except Exception as exc:  # a broker or Redis hiccup only delays the watermark
-            logs.warning("watermark_failed", error=exc)
-            return
-        if value is not None:
-            metrics.WATERMARK.set(value)
-            logs.info("watermark", topic=settings.events_topic, watermark_ms=value)
+        await worker.advance_watermark()
 
     return app

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 import redis.asyncio as aioredis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from counting.bots import RulesInUse
 from counting.settings import Settings
@@ -25,13 +23,13 @@ from speed_layer.deadletter import DeadLetter, dead_letter_of
 from speed_layer.hot import HotVideos
 from speed_layer.records import Record
 from speed_layer.redis_writer import RedisWriter, WriteResult
+from speed_layer.retry import until_reachable
 from speed_layer.windows import ViewWindows
 
 SendDeadLetter = Callable[[DeadLetter], Awaitable[None]]
-RETRY_FIRST_S = 0.2
-RETRY_MAX_S = 5.0
 WORKER = "counter"
 T = TypeVar("T")
+M = TypeVar("M")  # a consumed message as the stream hands it over (Faust's event)
 
 
 @dataclass(frozen=True)
@@ -181,17 +179,67 @@ class CounterWorker:
         return await self._retry(lambda: self._writer.apply(plans))
 
     async def _retry(self, action: Callable[[], Awaitable[T]]) -> T:
-        delay = RETRY_FIRST_S
-        while True:
-            try:
-                return await action()
-            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-                logs.error(
-                    "redis_unavailable",
-                    url=self._settings.redis_url,
-                    error=exc,
-                    retry_in_s=delay,
-                    hint="start it with 'tally up' or set TALLY_REDIS_URL",
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_S)
+        hint = "start it with 'tally up' or set TALLY_REDIS_URL"
+        return await until_reachable("redis", action, url=self._settings.redis_url, hint=hint)
+
+
+@dataclass(frozen=True)
+class Consumed(Generic[M]):
+    """How the counter reaches its stream: each message's record, its ack, and a partition's end
+    offset as last fetched (None when unknown)."""
+
+    record_of: Callable[[M], Record]
+    ack: Callable[[M], Awaitable[object]]
+    end_offset: Callable[[str, int], int | None]
+
+
+async def count_stream(
+    worker: CounterWorker,
+    batches: AsyncIterator[list[M]],
+    consumed: Consumed[M],
+    on_failure: Callable[[BaseException], None],
+) -> None:
+    """Count micro-batches as they come with one write in flight: the next batch is planned while
+    Redis runs the previous one, and writes still reach Redis in order (each waits for the one
+    before). A batch's messages are acked once it is stored, except those of partitions another
+    worker owns now (fenced). A failure calls `on_failure` at once and stops the loop: no later
+    batch may be written (its offsets would pass the failed one's)."""
+    reported: list[BaseException] = []
+
+    async def write_and_ack(batch: PlannedBatch, messages: list[M], records: list[Record]) -> None:
+        try:
+            report = await worker.write(batch)
+            fenced = report.fenced
+            for message, record in zip(messages, records, strict=True):
+                if (record.topic, record.partition) not in fenced:
+                    await consumed.ack(message)
+            _observe_lag(batch, consumed.end_offset)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            reported.append(exc)
+            on_failure(exc)
+            raise
+
+    writing: asyncio.Future[None] | None = None
+    try:
+        async for messages in batches:
+            records = [consumed.record_of(m) for m in messages]
+            batch = worker.plan(records)
+            if writing is not None:
+                await writing
+            writing = asyncio.ensure_future(write_and_ack(batch, messages, records))
+    except Exception as exc:
+        if exc not in reported:
+            on_failure(exc)
+        raise
+
+
+def _observe_lag(batch: PlannedBatch, end_offset: Callable[[str, int], int | None]) -> None:
+    """Set the lag gauge of the partitions of a stored batch (the broker's end minus what is stored)."""
+    for write in batch.plan.writes:
+        end = end_offset(write.topic, write.partition)
+        if end is not None:
+            metrics.LAG.labels(WORKER, write.topic, str(write.partition)).set(
+                max(0, end - write.last_offset - 1)
+            )
