@@ -35,7 +35,8 @@ from bench.speed_layer import generate, pack
 from counting import keys
 from counting.settings import Settings
 from speed_layer import script
-from speed_layer.counter import PartitionPlan, plan_batch
+from speed_layer.counter import plan_batch
+from speed_layer.plan import PartitionPlan
 from speed_layer.records import Record
 from speed_layer.windows import ViewWindows
 from tally.services import free_port, start_redis

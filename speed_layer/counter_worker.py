@@ -18,9 +18,10 @@ import redis.asyncio as aioredis
 from counting.bots import RulesInUse
 from counting.settings import Settings
 from speed_layer import logs, metrics
-from speed_layer.counter import CounterPlan, PartitionPlan, plan_batch, remember_expiries
+from speed_layer.counter import plan_batch
 from speed_layer.deadletter import DeadLetter, dead_letter_of
 from speed_layer.hot import HotVideos
+from speed_layer.plan import CounterPlan, PartitionPlan, remember_expiries
 from speed_layer.records import Record
 from speed_layer.redis_writer import RedisWriter, WriteResult
 from speed_layer.retry import until_reachable

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import redis.asyncio as aioredis
 
 from speed_layer import script
-from speed_layer.counter import PartitionPlan, owner_key
+from speed_layer.plan import PartitionPlan, owner_key
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,12 @@ from speed_layer import script
 from speed_layer.counter import (
     PRESENCE_KEEP_MS,
     event_markers_key,
-    owner_key,
     plan_batch,
     viewer_digest,
     window_viewers_key,
 )
 from speed_layer.hot import HotVideos
+from speed_layer.plan import owner_key
 from speed_layer.records import Record
 from speed_layer.windows import ViewWindows
 from tests.rulesfiles import BROWSER, IMPOSSIBLE_AGENT, threshold_gamed_views

@@ -15,8 +15,8 @@ from counting.settings import Settings
 from counting.wire import encode_events
 from serving_layer.merge import merge
 from serving_layer.speed import read_speed, top_videos, unique_viewers_between
-from speed_layer.counter import EXACT_VIEWERS_LIMIT
 from speed_layer.counter_worker import CounterWorker
+from speed_layer.plan import EXACT_VIEWERS_LIMIT
 from speed_layer.records import Record
 from tests.speed_layer.helpers import Traffic, no_dead_letters, pack, speed_counts
 from warehouse.baseline import BaselineRow
