@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 import zlib
 from collections.abc import Callable
@@ -22,11 +21,12 @@ from redis.exceptions import RedisError
 
 from counting import keys, rules
 from counting.event import Event, stamped
+from counting.logs import Log
 from counting.settings import Settings
 from counting.wire import encode_events, partition_for, record_key
 from ingest.errors import BrokerUnavailable
 
-logger = logging.getLogger("tally.ingest")
+log = Log("tally.ingest")
 # How long a video's shard count is trusted before it is read again; how long Redis is left alone
 # after it failed to answer (ingest never waits on Redis for longer than its timeouts).
 SHARDS_TTL_S = 1.0
@@ -105,7 +105,7 @@ class ShardCounts:
                 values = await self._client.mget([keys.shards(v) for v in videos])
             except (RedisError, OSError) as exc:
                 self._quiet_until = now + REDIS_BACKOFF_S
-                logger.warning("event=shards_unavailable error=%r retry_in_s=%s", exc, REDIS_BACKOFF_S)
+                log.warning("shards_unavailable", error=repr(exc), retry_in_s=REDIS_BACKOFF_S)
             else:
                 if len(self._cache) > 100_000:
                     self._cache.clear()
@@ -152,7 +152,7 @@ class Publisher:
         try:
             await self._connect()
         except BrokerUnavailable as exc:
-            logger.warning("event=broker_unavailable_at_start error=%s", exc)
+            log.warning("broker_unavailable_at_start", error=exc)
 
     async def _connect(self) -> AIOKafkaProducer:
         now = time.monotonic()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from collections.abc import Sequence
@@ -12,9 +11,10 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from counting import keys
+from counting.logs import Log
 from ingest.scripts import ScriptCalls
 
-log = logging.getLogger("tally.ingest.ratelimit")
+log = Log("tally.ingest.ratelimit")
 
 # KEYS[1]: the window's sorted set. ARGV: now ms, window ms, limit, member.
 # Answers 0 when admitted, else the milliseconds until the oldest request leaves the window.
@@ -79,7 +79,7 @@ class RateLimiter:
                 if isinstance(answer, Exception):
                     raise answer
         except (RedisError, OSError) as exc:
-            log.warning("event=rate_limit_unavailable error=%s", type(exc).__name__)
+            log.warning("rate_limit_unavailable", error=type(exc).__name__)
             return None
         for limit, waited in zip(limits, answers, strict=True):
             if int(waited):

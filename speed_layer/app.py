@@ -7,13 +7,14 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, cast
 
 import faust
 import redis.asyncio as aioredis
 from faust.streams import Stream
-from faust.types import TP, EventT, StreamT
+from faust.types import TP, EventT, StreamT, TopicT
 from mode.types.signals import BaseSignalT
 
 from counting.settings import Settings
@@ -110,16 +111,26 @@ class CrashSwitch:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def create_counter_app(
-    settings: Settings,
-    group: str | None = None,
-    crash: OnCrash | None = None,
-    session_timeout: float = SESSION_TIMEOUT_S,
-    instance: int = 1,
-) -> faust.App:
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How one worker process joins its group: the group (None: the kind's own), what to call when
+    it crashes, the broker's session timeout, and which process of its kind it is (from 1)."""
+
+    group: str | None = None
+    crash: OnCrash | None = None
+    session_timeout: float = SESSION_TIMEOUT_S
+    instance: int = 1
+
+
+def _events_app(worker: str, settings: Settings, options: WorkerOptions) -> tuple[faust.App, TopicT]:
+    app = _faust_app(worker, settings, options.group, options.session_timeout, options.instance)
+    return app, app.topic(settings.events_topic, key_serializer="raw", value_serializer="raw")
+
+
+def create_counter_app(settings: Settings, options: WorkerOptions | None = None) -> faust.App:
     """The counter: events topic -> micro-batches -> one atomic Redis write per partition plan."""
-    app = _faust_app("counter", settings, group, session_timeout, instance)
-    events_topic = app.topic(settings.events_topic, key_serializer="raw", value_serializer="raw")
+    options = options or WorkerOptions()
+    app, events_topic = _events_app("counter", settings, options)
     dead_letter_topic = app.topic(settings.dead_letter_topic, key_serializer="raw", value_serializer="raw")
     client = aioredis.Redis.from_url(settings.redis_url)
 
@@ -134,7 +145,7 @@ def create_counter_app(
         logs.info("counter_started", topic=settings.events_topic, redis=settings.redis_url)
         consumed = Consumed(record_of, stream.ack, partial(_end_offset, app))
         batches = _batches(stream, MAX_COUNTER_RECORDS, settings.counter_flush_ms)
-        await count_stream(worker, batches, consumed, partial(_report_crash, crash, "counter"))
+        await count_stream(worker, batches, consumed, partial(_report_crash, options.crash, "counter"))
 
     @app.on_partitions_assigned.connect
     async def on_assigned(sender: Any, /, *args: Any, signal: BaseSignalT[Any], **kwargs: Any) -> None:
@@ -151,16 +162,10 @@ def _report_crash(crash: OnCrash | None, worker: str, exc: BaseException) -> Non
         crash(worker, exc)
 
 
-def create_archiver_app(
-    settings: Settings,
-    group: str | None = None,
-    crash: OnCrash | None = None,
-    session_timeout: float = SESSION_TIMEOUT_S,
-    instance: int = 1,
-) -> faust.App:
+def create_archiver_app(settings: Settings, options: WorkerOptions | None = None) -> faust.App:
     """The archiver: events topic -> Parquet log files, then Kafka commits; publishes the watermark."""
-    app = _faust_app("archiver", settings, group, session_timeout, instance)
-    events_topic = app.topic(settings.events_topic, key_serializer="raw", value_serializer="raw")
+    options = options or WorkerOptions()
+    app, events_topic = _events_app("archiver", settings, options)
     client = aioredis.Redis.from_url(settings.redis_url)
     log = ParquetLog(settings.raw_dir, settings.events_topic)
     end_offsets = BrokerEndOffsets(settings.kafka_bootstrap, settings.events_topic)
@@ -174,7 +179,7 @@ def create_archiver_app(
             batches = _batches(stream, MAX_ARCHIVER_RECORDS, settings.archiver_flush_ms)
             await worker.archive(batches, record_of, stream.ack)
         except Exception as exc:
-            _report_crash(crash, "archiver", exc)
+            _report_crash(options.crash, "archiver", exc)
             raise
 
     @app.on_partitions_assigned.connect

@@ -6,9 +6,16 @@ import gc
 
 import faust
 
+from counting import logs as logging_setup
 from counting.settings import Settings
 from speed_layer import logs, metrics
-from speed_layer.app import SESSION_TIMEOUT_S, CrashSwitch, create_archiver_app, create_counter_app
+from speed_layer.app import (
+    SESSION_TIMEOUT_S,
+    CrashSwitch,
+    WorkerOptions,
+    create_archiver_app,
+    create_counter_app,
+)
 
 WORKERS = {"counter": create_counter_app, "archiver": create_archiver_app}
 # Each worker serves /metrics on faust_web_port plus its offset; the n-th process of a kind (the
@@ -45,11 +52,13 @@ def run_worker(
     """Run the named worker in this process until SIGTERM or SIGINT; return its exit code.
     `instance` numbers the processes of one kind on this machine (their metrics ports and Faust
     data directories differ; they share the consumer group)."""
+    logging_setup.configure(name if instance == 1 else f"{name}-{instance}", loglevel)
     crash = CrashSwitch()
-    app = WORKERS[name](settings, group, crash, session_timeout, instance)
+    app = WORKERS[name](settings, WorkerOptions(group, crash, session_timeout, instance))
     tune_gc()
     metrics.serve(metrics_port(settings, name, instance), name, host=settings.faust_web_host)
-    worker = faust.Worker(app, loglevel=loglevel, quiet=True)
+    # Faust keeps the set-up made above (one format for every process) instead of its own.
+    worker = faust.Worker(app, loglevel=loglevel, quiet=True, override_logging=False)
     logs.info(
         "worker_starting", worker=name, instance=instance, app=app.conf.id, broker=settings.kafka_bootstrap
     )

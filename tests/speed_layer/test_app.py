@@ -11,7 +11,7 @@ import redis
 from counting import keys, oracle
 from counting.settings import Settings
 from counting.wire import encode_events
-from speed_layer.app import app_id, create_counter_app
+from speed_layer.app import WorkerOptions, app_id, create_counter_app
 from speed_layer.counter_worker import CounterWorker
 from tests.speed_layer.helpers import Traffic, speed_counts
 
@@ -51,7 +51,7 @@ async def test_an_unexpected_failure_stops_the_worker_instead_of_skipping_the_ba
         raise boom
 
     monkeypatch.setattr(CounterWorker, "write", fail)
-    app = create_counter_app(settings, crash=lambda worker, exc: crashes.append((worker, exc)))
+    app = create_counter_app(settings, WorkerOptions(crash=lambda worker, exc: crashes.append((worker, exc))))
     [agent] = app.agents.values()
     async with agent.test_context() as running:
         await running.put(encode_events(Traffic(seed=42).mixed(n=5)))

@@ -13,7 +13,7 @@ import pytest
 import redis
 from confluent_kafka import Consumer, TopicPartition
 
-from counting import keys, oracle
+from counting import keys, logs, oracle
 from counting.settings import Settings
 from tally.topics import ensure_topics
 from tests.speed_layer.helpers import (
@@ -99,6 +99,10 @@ def test_counter_counts_exactly_once_and_dead_letters_poison(
     assert b"msgpack" in headers["tally-error"]
     assert counter.stop() == 0
     assert "event=counter_batch" in counter.text()
+    # One log format for every process: each line (Faust's own too) has the same leading fields.
+    parsed = [logs.parse(line) for line in counter.text().splitlines() if line.strip()]
+    assert parsed and all(list(p)[:5] == list(logs.LEADING_FIELDS) for p in parsed)
+    assert {p["process"] for p in parsed} == {"counter"}
 
 
 def test_a_restarted_counter_from_offset_zero_changes_nothing(

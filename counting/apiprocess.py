@@ -1,0 +1,46 @@
+"""How an API process (the ingest API, the serving API) starts: its secrets checked, one log
+format, then uvicorn in this process or, with several workers, as their supervisor."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from counting import logs
+from counting.errors import InvalidSetting
+from counting.settings import Settings, check_secrets
+
+
+@dataclass(frozen=True)
+class ApiProcess:
+    """One API: its process name (for the logs), the secrets it refuses to start without, the
+    import path of its worker factory, and the app factory."""
+
+    name: str
+    secrets: Sequence[str]
+    worker_factory: str
+    create_app: Callable[[Settings], Any]
+
+    def worker_app(self) -> Any:
+        """The app of one of several worker processes, each with its own clients (uvicorn imports the
+        worker factory in every process it spawns)."""
+        logs.configure(self.name, "WARNING")
+        return self.create_app(Settings())
+
+    def run(self, host: str, port: int, workers: int, settings: Settings, **options: Any) -> None:
+        """Serve until stopped; exits naming the missing secret if one is not set."""
+        import uvicorn  # installed with the API parts' extras
+
+        logs.configure(self.name, "WARNING")
+        try:
+            check_secrets(settings, tuple(self.secrets))
+        except InvalidSetting as exc:
+            raise SystemExit(f"the {self.name} API refuses to start: {exc}") from None
+        options.update(host=host, port=port, log_level="warning", log_config=None)
+        if workers == 1:
+            uvicorn.run(self.create_app(settings), **options)
+            return
+        # This process binds the port and supervises the workers, which share its socket (a worker
+        # that dies is replaced); SIGTERM to it, or to its process group, stops them all.
+        uvicorn.run(self.worker_factory, factory=True, workers=workers, **options)
