@@ -3,11 +3,14 @@ where `counting.traffic` makes about 40,000 events a second. It is not the simul
 `counting.traffic`; it makes rows that exercise every rule: human views (short, repeated within
 their window, late), heartbeats, reaction churn, retries, and the bot kinds (headless agents,
 data-centre addresses IPv4 and IPv6, bad TLS fingerprints, watch anomalies, address-velocity
-bursts, replay loops). Rows are written in the archiver's hive layout."""
+bursts, replay loops). Rows are written in the archiver's hive layout.
+
+The pieces are `counting.traffic`'s: its catalog (videos, durations, Zipf popularity), its home and
+data-centre addresses, its browser and headless agents with their TLS fingerprints; only the
+mixing of them into rows is columnar here."""
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -18,8 +21,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from counting import bots, rules
+from counting.catalog import make_catalog
 from counting.logschema import LOG_COLUMNS
 from counting.traffic import BROWSERS, DEFAULT_START_MS, HEADLESS_AGENTS
+from counting.traffic_clients import datacenter_address, home_address, mix
 from speed_layer.archiver import write_log_file
 
 _ARROW = {"string": pa.string(), "int64": pa.int64(), "double": pa.float64()}
@@ -60,31 +65,18 @@ def _strings(prefix: str, numbers: np.ndarray, *more: tuple[str, np.ndarray]) ->
     return pc.binary_join_element_wise(*parts, "")
 
 
-def _home_addresses(count: int, rng: np.random.Generator) -> pa.Array:
-    """Residential-looking addresses, a quarter IPv6 (never in a data-centre range)."""
-    firsts = np.array([24, 67, 68, 71, 73, 76, 81, 86, 92, 98, 174, 189, 201])
-    octets = rng.integers(0, 256, (count, 3))
-    out = []
-    v6 = rng.random(count) < 0.25
-    for i in range(count):
-        a, b, c = octets[i]
-        if v6[i]:
-            out.append(f"2601:{a:x}:{b:x}{c:02x}::{i:x}")
-        else:
-            out.append(f"{firsts[i % len(firsts)]}.{a}.{b}.{c % 254 + 1}")
-    return pa.array(out)
+def _home_addresses(count: int, seed: int) -> pa.Array:
+    """The home addresses of `count` households, as `counting.traffic` gives them (a quarter IPv6)."""
+    return pa.array([home_address(seed, household) for household in range(count)])
 
 
-def _datacenter_addresses(count: int, rng: np.random.Generator) -> pa.Array:
-    nets = [ipaddress.ip_network(r) for r in bots.SHIPPED.rules.addresses.datacenter]
+def _datacenter_addresses(count: int, seed: int) -> pa.Array:
+    """`count` data-centre addresses, as `counting.traffic` gives them; one IPv4 address in seven
+    written IPv4-mapped (judged as its IPv4 address)."""
     out = []
     for i in range(count):
-        net = nets[i % len(nets)]
-        address = net.network_address + 1 + int(rng.integers(0, min(net.num_addresses - 2, 2**62)))
-        text = str(address)
-        if address.version == 4 and i % 7 == 0:
-            text = f"::ffff:{text}"  # IPv4-mapped: judged as its IPv4 address
-        out.append(text)
+        text = datacenter_address(mix(seed, i, 0xDC))
+        out.append(f"::ffff:{text}" if i % 7 == 0 and ":" not in text else text)
     return pa.array(out)
 
 
@@ -119,13 +111,13 @@ def write_bench_log(
     """Write `config.events` log rows under `raw_dir`; return the number of files written."""
     rng = np.random.default_rng([config.seed, 0xBE7C])
     videos, viewers = config.videos, config.viewers
-    video_ids = pa.array([f"v{i:05d}" for i in range(videos)])
-    popularity = np.cumsum(np.arange(1, videos + 1, dtype=np.float64) ** -1.1)
-    popularity /= popularity[-1]
-    durations = np.clip(np.exp(rng.normal(np.log(240.0), 0.9, videos)), 15.0, 10_800.0).round(1)
+    catalog = make_catalog(config.seed, videos)
+    video_ids = pa.array([row.video_id for row in catalog.rows])
+    popularity = np.array(catalog.cumulative) / catalog.cumulative[-1]
+    durations = np.array([row.duration_secs for row in catalog.rows])
     user_ids = _strings("u", np.arange(viewers))
-    homes = _home_addresses(max(1, viewers * 5 // 6), rng)
-    datacenter = _datacenter_addresses(2_000, rng)
+    homes = _home_addresses(max(1, viewers * 5 // 6), config.seed)
+    datacenter = _datacenter_addresses(2_000, config.seed)
     agents = pa.array([agent for agent, _ in BROWSERS] + list(HEADLESS_AGENTS))
     fingerprints = pa.array([ja3 for _, ja3 in BROWSERS] + sorted(bots.SHIPPED.bad_ja3))
     writer = _Writer(raw_dir)

@@ -47,7 +47,8 @@ from batch_layer.extract import read_log
 from batch_layer.session import session_for
 from batch_layer.transform import COUNTED, REJECTED, classify
 from bench.isolated import isolated_services, run_in_work_dir
-from bench.speed_layer import _machine, pack
+from bench.machine import machine
+from bench.speed_traffic import pack
 from counting import rules
 from counting.bots import BotFilter, filter_of
 from counting.event import Event, parse_event, stamped
@@ -304,7 +305,7 @@ def bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "ok": not speed.dead_letters and missing == 0,
         "seconds": round(time.perf_counter() - started, 1),
         "phase_seconds": phases,
-        "machine": _machine(),
+        "machine": machine(),
     }
 
 

@@ -23,7 +23,8 @@ from typing import Any
 import httpx
 import msgspec
 
-from bench.speed_layer import REQUEST_EVENTS, _machine, generate
+from bench.machine import machine
+from bench.speed_traffic import REQUEST_EVENTS, generate
 from counting.settings import Settings
 from tally.secrets import with_local_secrets
 from tally.services import free_port, free_ports
@@ -174,7 +175,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "p50_ms": round(_percentile(latencies, 0.5), 1),
         "p99_ms": round(_percentile(latencies, 0.99), 1),
         "max_ms": round(max(latencies), 1),
-        "machine": _machine(),
+        "machine": machine(),
     }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "freshness.json").write_text(json.dumps(result, indent=2))

@@ -22,29 +22,39 @@ requests that wrk abandoned unanswered at the end of a phase). Exit status 1 whe
 or counted wrong.
 
 Prints progress to stderr, then one line of JSON; writes bench/results/ingest.json (or `--out`).
+The load of each phase (the wrk scripts, the bodies, the batch senders, the CPU meter) is
+`bench.ingest_load`.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
 import platform
-import resource
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import msgspec
 import pyarrow.dataset as ds
 import redis
 
+from bench.ingest_load import (
+    BATCH_SIZE,
+    LIKE_SCRIPT,
+    SINGLE_SCRIPT,
+    VIDEOS,
+    CpuMeter,
+    batches,
+    now_ms,
+    run_wrk,
+    single_bodies,
+    with_children,
+)
 from bench.isolated import isolated_services, run_in_work_dir
-from bench.wrk import millis, paced
+from bench.wrk import paced
 from counting import oracle
 from counting.event import Event
 from counting.logschema import EVENT_COLUMNS
@@ -57,52 +67,13 @@ RESULTS = Path(__file__).parent / "results"
 REFERENCE_RPS = 2_000.0  # the offered rate of the like route's target
 TARGET_P99_MS = 10.0
 TARGET_BATCH_EVENTS_PER_S = 100_000.0
-BATCH_SIZE = 500
-VIDEOS = 500
 USERS = 20_000
 # All requests come from 127.0.0.1: limits no run reaches (the scripts still run on every request).
 RAISED_LIMITS = {"rate_limit_ip_per_min": 1_000_000_000, "rate_limit_user_per_min": 1_000_000}
 
-# A like by one of many users (tokens read from a file) of one of many videos, from a start of each
-# phase's own (SEED), so that phases like other pairs; the event id of every 202 answer is appended
-# to a file.
-_LIKE = """
-local tokens = {}
-for line in io.lines("TOKENS") do tokens[#tokens + 1] = line end
-math.randomseed(SEED)
-local n = math.random(#tokens)
-local acks = nil
-request = function()
-  n = n + 1
-  local headers = {["Authorization"] = "Bearer " .. tokens[n % #tokens + 1], ["Content-Length"] = "0"}
-  return wrk.format("POST", "/v1/videos/lv" .. math.random(VIDEOS) .. "/like", headers)
-end
-response = function(status, headers, body)
-  if status == 202 then
-    acks = acks or io.open("ACKS", "a")
-    acks:write(body:match('"event_id":"([^"]+)"') or "?", "\\n")
-  end
-end
-"""
-# One event a request to the collector route, each body (a line of a file) sent once while they last.
-_SINGLE = """
-local bodies = {}
-for line in io.lines("BODIES") do bodies[#bodies + 1] = line end
-local n = 0
-request = function()
-  n = n + 1
-  local headers = {["X-Collector-Key"] = "KEY", ["Content-Type"] = "application/json"}
-  return wrk.format("POST", "/v1/events", headers, bodies[(n - 1) % #bodies + 1])
-end
-"""
-
 
 def _log(message: str) -> None:
     print(f"[ingest-bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _machine() -> dict[str, Any]:
@@ -114,167 +85,12 @@ def _machine() -> dict[str, Any]:
     return {"cpus": os.cpu_count(), "cpu_model": model, "platform": platform.platform()}
 
 
-def _cpu_ticks(pid: int) -> int:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0
-    return int(fields[11]) + int(fields[12])
-
-
-def _with_children(pid: int) -> list[int]:
-    """A process and its children (the ingest workers of a supervising process)."""
-    found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
-    return [pid, *(int(p) for p in found)]
-
-
-def _machine_ticks() -> tuple[int, int]:
-    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    return sum(values) - values[3] - values[4], sum(values)
-
-
-class CpuMeter:
-    """CPU seconds of named process groups, of this process's children (wrk), of this process (the
-    batch senders) and of the machine between `start()` and `figures()`."""
-
-    def __init__(self, groups: dict[str, list[int]]) -> None:
-        self.groups = groups
-
-    def start(self) -> None:
-        self._before = {name: sum(_cpu_ticks(p) for p in pids) for name, pids in self.groups.items()}
-        self._machine = _machine_ticks()
-        self._children = resource.getrusage(resource.RUSAGE_CHILDREN)
-        self._self = resource.getrusage(resource.RUSAGE_SELF)
-        self._started = time.monotonic()
-
-    def figures(self, requests: float) -> dict[str, Any]:
-        elapsed = time.monotonic() - self._started
-        tick = os.sysconf("SC_CLK_TCK")
-        used = {
-            name: (sum(_cpu_ticks(p) for p in pids) - self._before[name]) / tick
-            for name, pids in self.groups.items()
-        }
-        children = resource.getrusage(resource.RUSAGE_CHILDREN)
-        used["wrk"] = (children.ru_utime + children.ru_stime) - (
-            self._children.ru_utime + self._children.ru_stime
-        )
-        own = resource.getrusage(resource.RUSAGE_SELF)  # the batch senders' threads
-        used["bench_client"] = (own.ru_utime + own.ru_stime) - (self._self.ru_utime + self._self.ru_stime)
-        cores = os.cpu_count() or 1
-        shares = {name: round(seconds / elapsed / cores, 3) for name, seconds in used.items()}
-        busy, total = (a - b for a, b in zip(_machine_ticks(), self._machine, strict=True))
-        shares["machine_busy"] = round(busy / max(1, total), 3)
-        return {
-            "ingest_cpu_us_per_request": round(used["ingest"] / max(1.0, requests) * 1e6),
-            "cpu_share_of_machine": shares,
-        }
-
-
-def _run_wrk(script: Path, base: str, connections: int, seconds: float, meter: CpuMeter) -> dict[str, Any]:
-    command = ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--timeout", "30s"]
-    command += ["--latency", "-s", str(script), base]
-    meter.start()
-    started = time.monotonic()
-    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-    elapsed = time.monotonic() - started
-    figures: dict[str, Any] = {"connections": connections, "requests": 0, "non_2xx": 0, "socket_errors": 0}
-    for line in out.splitlines():
-        words = line.split()
-        if line.startswith("Requests/sec:"):
-            figures["rps"] = float(words[1])
-        elif len(words) == 2 and words[0] in ("50%", "90%", "99%"):
-            figures[f"p{words[0][:-1]}_ms"] = round(millis(words[1]), 2)
-        elif "requests in" in line:
-            figures["requests"] = int(words[0])
-        elif "Non-2xx" in line:
-            figures["non_2xx"] = int(words[-1])
-        elif line.strip().startswith("Socket errors:"):
-            figures["socket_errors"] = sum(int(w.rstrip(",")) for w in words[2:] if w.rstrip(",").isdigit())
-    figures["acknowledged"] = figures["requests"] - figures["non_2xx"]
-    figures.update(meter.figures(figures.get("rps", 0.0) * elapsed))
-    return figures
-
-
-def _single_bodies(path: Path, prefix: str, count: int) -> None:
-    now = _now_ms()
-    with path.open("w") as out:
-        for i in range(count):
-            event = f'"event_id":"{prefix}{i}","type":"view","video_id":"sv{i % VIDEOS}"'
-            out.write(f'{{"events":[{{{event},"session_id":"{prefix}{i}","ts":{now},"watch_secs":45}}]}}\n')
-
-
-def _batch_body(prefix: str, start: int) -> bytes:
-    now = _now_ms()
-    events = ",".join(
-        f'{{"event_id":"{prefix}{n}","type":"view","video_id":"bv{n % VIDEOS}","session_id":"{prefix}{n}",'
-        f'"ts":{now},"watch_secs":45}}'
-        for n in range(start, start + BATCH_SIZE)
-    )
-    return f'{{"events":[{events}]}}'.encode()
-
-
-def _batches(
-    settings: Settings, prefix: str, seconds: float, senders: int, meter: CpuMeter
-) -> dict[str, Any]:
-    """500-event batches from `senders` threads, each sending its next batch once the last is
-    answered; the acknowledged batches are recorded by their first event number."""
-    numbers = itertools.count()
-    acked: list[int] = []
-    latencies: list[float] = []
-    refused = [0]
-    lock = threading.Lock()
-    deadline = time.monotonic() + seconds
-
-    def send() -> None:
-        headers = {"x-collector-key": settings.collector_key, "content-type": "application/json"}
-        url = f"http://127.0.0.1:{settings.ingest_port}/v1/events"
-        with httpx.Client(headers=headers, timeout=30.0) as client:
-            while time.monotonic() < deadline:
-                start = next(numbers) * BATCH_SIZE
-                body = _batch_body(prefix, start)
-                sent = time.perf_counter()
-                try:
-                    answer = client.post(url, content=body)
-                except httpx.TransportError:
-                    answer = None
-                took = (time.perf_counter() - sent) * 1000
-                with lock:
-                    if answer is not None and answer.status_code == 202:
-                        acked.append(start)
-                        latencies.append(took)
-                    else:
-                        refused[0] += 1
-
-    threads = [threading.Thread(target=send, daemon=True) for _ in range(senders)]
-    meter.start()
-    started = time.monotonic()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    elapsed = time.monotonic() - started
-    ordered = sorted(latencies) or [0.0]
-    cpu = meter.figures(len(acked))
-    cpu["ingest_cpu_us_per_event"] = round(cpu["ingest_cpu_us_per_request"] / BATCH_SIZE, 1)
-    return {
-        "senders": senders,
-        "batch_size": BATCH_SIZE,
-        "events_per_s": round(len(acked) * BATCH_SIZE / elapsed),
-        "batches_acknowledged": len(acked),
-        "batches_refused": refused[0],
-        "p50_ms": round(ordered[len(ordered) // 2], 1),
-        "p99_ms": round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 1),
-        "acked_starts": acked,
-        **cpu,
-    }
-
-
 def _caught_up(settings: Settings, client: redis.Redis, what: str) -> None:
     """Wait until the counter has counted and the archiver archived everything written so far. The
     counter is waited for again once the archiver has caught up: a request still in the ingest API
     when the topic's ends were first sampled (a client gave up on it) reaches the log, and must
     reach the counter before the two are compared."""
-    written_before = _now_ms()
+    written_before = now_ms()
     wait_until(lambda: counter_caught_up(client, settings), 600, f"the counter catching up ({what})", 0.5)
     wait_until(lambda: watermark(client) > written_before, 600, f"the archiver catching up ({what})", 0.5)
     wait_until(lambda: counter_caught_up(client, settings), 600, f"the counter catching up ({what})", 0.5)
@@ -301,26 +117,26 @@ def _phases(
         _log(f"{workers} ingest process(es): likes at {rate:,.0f}/s for {args.seconds:.0f} s")
         script = work / "like-paced.lua"
         script.write_text(paced(like.replace("SEED", str(seed)), rate))
-        run = _run_wrk(script, base, args.connections, args.seconds, meter)
+        run = run_wrk(script, base, args.connections, args.seconds, meter)
         figures["like_paced"].append({"offered_rps": rate, **run})
     if args.closed_connections:
         _log(f"{workers} ingest process(es): likes closed-loop, {args.closed_connections} connections")
         script = work / "like-closed.lua"
         script.write_text(like.replace("SEED", "99"))
-        figures["like_closed"] = _run_wrk(script, base, args.closed_connections, args.seconds, meter)
+        figures["like_closed"] = run_wrk(script, base, args.closed_connections, args.seconds, meter)
     for rate in args.single_rates:
         _log(f"{workers} ingest process(es): one-event POST /v1/events at {rate:,.0f}/s")
         bodies = work / f"single-{rate:.0f}.jsonl"
-        _single_bodies(bodies, f"s{rate:.0f}-", int(rate * (args.seconds + 2)))
+        single_bodies(bodies, f"s{rate:.0f}-", int(rate * (args.seconds + 2)))
         script = work / "single.lua"
         script.write_text(
-            paced(_SINGLE.replace("BODIES", str(bodies)).replace("KEY", settings.collector_key), rate)
+            paced(SINGLE_SCRIPT.replace("BODIES", str(bodies)).replace("KEY", settings.collector_key), rate)
         )
-        run = _run_wrk(script, base, args.connections, args.seconds, meter)
+        run = run_wrk(script, base, args.connections, args.seconds, meter)
         figures["single_paced"].append({"offered_rps": rate, **run})
     _caught_up(settings, client, "before the batches")
     _log(f"{workers} ingest process(es): {BATCH_SIZE}-event batches, {args.senders} senders")
-    figures["batches"] = _batches(settings, "b", args.batch_seconds, args.senders, meter)
+    figures["batches"] = batches(settings, "b", args.batch_seconds, args.senders, meter)
     _caught_up(settings, client, "after the batches")
     return figures
 
@@ -336,7 +152,7 @@ def _one_stack(args: argparse.Namespace, work: Path, workers: int) -> dict[str, 
         "\n".join(issue_token(settings.user_token_secret, f"bench-user-{i}", 6 * 3600) for i in range(USERS))
     )
     (work / "like.lua").write_text(
-        _LIKE.replace("TOKENS", str(work / "tokens"))
+        LIKE_SCRIPT.replace("TOKENS", str(work / "tokens"))
         .replace("ACKS", str(work / "acks"))
         .replace("VIDEOS", str(VIDEOS))
     )
@@ -345,7 +161,7 @@ def _one_stack(args: argparse.Namespace, work: Path, workers: int) -> dict[str, 
     client = redis.Redis.from_url(settings.redis_url)
     try:
         groups = {
-            "ingest": _with_children(stack.get("ingest").pid),
+            "ingest": with_children(stack.get("ingest").pid),
             "counter": [stack.get("counter").pid],
             "archiver": [stack.get("archiver").pid],
             "broker": [broker.process.pid],

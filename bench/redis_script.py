@@ -1,6 +1,6 @@
 """Where the counter's Redis time goes: the write script's CPU per event, section by section.
 
-`python -m bench.redis_script [--events N]` plans N events of `bench.speed_layer`'s traffic the
+`python -m bench.redis_script [--events N]` plans N events of `bench.speed_traffic`'s traffic the
 counter's way (micro-batches of 100 records, one plan per partition), then applies the same plans
 to a fresh redis-server of its own, once per variant of `speed_layer/write.lua`, and reads
 Redis's own CPU time (`INFO cpu`) around each pass:
@@ -31,7 +31,7 @@ from typing import Any
 import redis
 
 from bench.speed_floor import redis_cpu_seconds
-from bench.speed_layer import generate, pack
+from bench.speed_traffic import generate, pack
 from counting import keys
 from counting.settings import Settings
 from speed_layer import script

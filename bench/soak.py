@@ -1,6 +1,7 @@
 """Soak: a steady load through the ingest API for minutes while faults are injected on a schedule;
 at the end every acknowledged event must be counted once and archived once, and no process may
-have grown beyond a bound.
+have grown beyond a bound (the checks are `bench.soak_checks`; `tests/system/test_soak.py` runs a
+short soak and asserts on them).
 
 `python -m bench.soak [--minutes 10] [--rate 1000] [--batch 100] [--faults counter,broker,...]`
 starts a stack of its own (a Tansu broker and a redis-server on free ports, both Faust workers,
@@ -36,30 +37,21 @@ import platform
 import signal
 import sys
 import time
-from collections import Counter
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pyarrow.dataset as ds
 
 from bench.isolated import isolated_services, run_in_work_dir
+from bench.soak_checks import MEMORY_BOUND, WARM_UP_EVENT_ID, check, counts_equal, memory
 from bench.soak_faults import DEFAULT_SCHEDULE, FAULTS, Faults, Rig
 from bench.soak_load import Loader, LoadFigures, MemorySampler, Progress, Reader, latency_figures
-from counting import keys, oracle
-from counting.event import event_from_dict, stamped
 from counting.settings import Settings
-from tally.speedview import counter_caught_up, speed_totals, wait_until
+from tally.speedview import counter_caught_up, wait_until
 from tally.stack import start_stack
 
 RESULTS = Path(__file__).parent / "results"
-GROWTH_FACTOR = 1.5
-GROWTH_MB = 50.0
-STORE_BYTES_PER_EVENT = 1024
-STORES = ("broker", "redis")
 MIN_LOAD_LEFT_S = 20.0  # a fault still due this close to the end of the load (at most) is skipped
-FIGURES = ("views", "likes", "dislikes", "unique_viewers", "short_views", "repeat_views", "rejected")
 
 
 def _log(message: str) -> None:
@@ -78,7 +70,7 @@ def _machine() -> dict[str, Any]:
 def _warm_up(settings: Settings) -> None:
     """Wait until a first view is counted end to end (the workers have joined their groups)."""
     now = time.time_ns() // 1_000_000
-    view = {"event_id": "soak-warm-up", "type": "view", "video_id": "warmup", "session_id": "w"}
+    view = {"event_id": WARM_UP_EVENT_ID, "type": "view", "video_id": "warmup", "session_id": "w"}
     body = {"events": [{**view, "user_id": "w", "ts": now, "watch_secs": 60}]}
     headers = {"x-collector-key": settings.collector_key}
     with httpx.Client(timeout=10.0) as client:
@@ -101,110 +93,6 @@ def _schedule(seconds: float, faults: list[str]) -> list[tuple[float, str]]:
     tail = min(60.0, seconds * 0.2)
     step = (seconds - warm_up - tail) / max(1, len(faults))
     return [(warm_up + i * step, name) for i, name in enumerate(faults)]
-
-
-def _served(settings: Settings, videos: list[str]) -> dict[str, dict[str, Any]]:
-    with httpx.Client(base_url=f"http://127.0.0.1:{settings.serving_port}", timeout=10.0) as api:
-        return {v: api.get(f"/v1/videos/{v}/stats").json() for v in videos}
-
-
-def _log_rows(settings: Settings) -> Counter[tuple[str, int]]:
-    table = ds.dataset(settings.raw_dir, format="parquet", partitioning="hive").to_table(
-        columns=["event_id", "ingest_ts"]
-    )
-    return Counter(zip(table["event_id"].to_pylist(), table["ingest_ts"].to_pylist(), strict=True))
-
-
-def _markers(rig: Rig) -> int:
-    """Event ids the counter has applied: the fields of every event-marker hash."""
-    total = 0
-    with rig.client() as client:
-        for key in client.scan_iter(match=f"{keys.PREFIX}:*:e:*", count=1_000):
-            total += int(client.hlen(key))
-    return total
-
-
-def _differences(
-    expected: Mapping[str, tuple[int, ...]], actual: Mapping[str, tuple[int, ...]]
-) -> dict[str, Any]:
-    differing = sorted(v for v in expected.keys() | actual.keys() if expected.get(v) != actual.get(v))
-    return {
-        "videos_differing": len(differing),
-        "examples": {v: {"expected": expected.get(v), "actual": actual.get(v)} for v in differing[:5]},
-    }
-
-
-def _check(rig: Rig, load: LoadFigures) -> dict[str, Any]:
-    """Compare what the platform counted and archived with the oracle over the acknowledged events."""
-    settings = rig.settings
-    events = [stamped(event_from_dict(event, ts), ts) for event, ts in load.acked]
-    truth = oracle.count(events)
-    expected = {
-        v: (
-            c.views,
-            c.likes,
-            c.dislikes,
-            c.unique_viewers,
-            c.short_views,
-            c.repeat_views,
-            sum(c.rejected.values()),
-        )
-        for v, c in truth.items()
-    }
-    speed: dict[str, tuple[int, ...]] = {}
-    with rig.client() as client:
-        found: set[bytes] = client.smembers(keys.videos_index())
-        for video in sorted(expected.keys() | {v.decode() for v in found} - {"warmup"}):
-            t = speed_totals(client, video)
-            rejected = sum(n for name, n in t.items() if name.startswith("rejected:"))
-            fields = ("views", "likes", "dislikes", "uniques", "short_views", "repeat_views")
-            speed[video] = (*(t.get(name, 0) for name in fields), rejected)
-    time.sleep(settings.serving_cache_ms / 1000 + 0.2)
-    answers = _served(settings, sorted(expected))
-    served = {v: tuple(int(a[f]) for f in FIGURES[:4]) for v, a in answers.items()}
-    log = _log_rows(settings)
-    for key in [k for k in log if k[0] == "soak-warm-up"]:
-        del log[key]
-    acked = Counter((event.event_id, event.ingest_ts or 0) for event in events)
-    countable = {e.event_id for e in events if e.type != "heartbeat"}
-    counted = _markers(rig) - 1  # the warm-up view
-    return {
-        "events_acknowledged": len(events),
-        "event_ids_acknowledged": len({e.event_id for e in events}),
-        "countable_ids_acknowledged": len(countable),
-        "events_counted": counted,
-        "speed_vs_oracle": _differences(expected, speed),
-        "served_vs_oracle": _differences({v: e[:4] for v, e in expected.items()}, served),
-        "log": {
-            "rows": sum(log.values()),
-            "missing": sum(max(0, n - log.get(k, 0)) for k, n in acked.items()),
-            "doubled": sum(max(0, log.get(k, 0) - n) for k, n in acked.items()),
-            "unacknowledged_rows": sum(n for k, n in log.items() if k not in acked),
-        },
-        "served_degraded_at_end": sum(1 for a in answers.values() if a.get("degraded")),
-        "videos": len(expected),
-    }
-
-
-def _memory(sampler: MemorySampler, acknowledged: int) -> tuple[dict[str, Any], bool]:
-    figures: dict[str, Any] = {}
-    ok = True
-    for name in sorted(sampler.start):
-        start, end = sampler.start[name], sampler.end.get(name, 0.0)
-        bound = start * GROWTH_FACTOR + GROWTH_MB
-        if name in STORES:
-            bound += acknowledged * STORE_BYTES_PER_EVENT / 2**20
-        within = end <= bound
-        ok = ok and within
-        figures[name] = {
-            "start_mb": start,
-            "end_mb": end,
-            "peak_mb": sampler.peak.get(name, 0.0),
-            "bound_mb": round(bound, 1),
-            "processes": len(sampler.processes.get(name, ())),
-            "within": within,
-        }
-    return figures, ok
 
 
 def _progress_line(rig: Rig, load: LoadFigures, reader: Reader, started: float, fault: list[str]) -> str:
@@ -268,7 +156,7 @@ def soak(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         wait_until(lambda: rig.watermark() > last_ack, 600, "the archiver archiving everything", 1.0)
         sampler.finish()
         _log("caught up; checking against the oracle")
-        checked = _check(rig, load)
+        checked = check(rig, load)
     finally:
         loader.stop()
         reader.stop()
@@ -276,15 +164,9 @@ def soak(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         rig.stack.stop()
         rig.redis.stop()
         rig.broker.stop()
-    memory, memory_ok = _memory(sampler, checked["events_acknowledged"])
+    memory_figures, memory_ok = memory(sampler, checked["events_acknowledged"])
     read = reader.figures
-    equal = (
-        checked["countable_ids_acknowledged"] == checked["events_counted"]
-        and checked["speed_vs_oracle"]["videos_differing"] == 0
-        and checked["served_vs_oracle"]["videos_differing"] == 0
-        and checked["log"]["missing"] == 0
-        and checked["log"]["doubled"] == 0
-    )
+    equal = counts_equal(checked)
     faults_ok = all(f.get("ok") for f in done)
     return {
         "benchmark": "soak",
@@ -307,9 +189,8 @@ def soak(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "errors": read.errors,
             "degraded": read.degraded,
         },
-        "memory": memory,
-        "memory_bound": f"{GROWTH_FACTOR} x start + {GROWTH_MB:.0f} MB (+ {STORE_BYTES_PER_EVENT} B per "
-        "acknowledged event for the broker and Redis)",
+        "memory": memory_figures,
+        "memory_bound": MEMORY_BOUND,
         "faults": done,
         "counts_equal": equal,
         "memory_ok": memory_ok,

@@ -1,9 +1,9 @@
 """Benchmark the speed layer's counter against a plain consumer of the same records.
 
 `python -m bench.speed_layer [--events N] [--partitions P]` starts a fresh Tansu broker and a
-redis-server of its own, fills a topic with generated events packed the way the ingest API packs
-them (one request of 500 events stamped with one ingest time, one record per partition, hot videos
-keyed `video_id#k`), then measures in the same run:
+redis-server of its own, fills a topic with generated events (`bench.speed_traffic`) packed the
+way the ingest API packs them (one request of 500 events stamped with one ingest time, one record
+per partition, hot videos keyed `video_id#k`), then measures in the same run:
 
 (a) a plain confluent-kafka consumer that reads the records and decodes their events, nothing else;
 (b) the Tally counter (`python -m speed_layer counter`, one worker process) from the same topic into
@@ -20,164 +20,33 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import random
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import redis
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
+from bench.machine import cpu_seconds, machine
 from bench.speed_floor import MARKER_PLACES, consumer_config, exactly_once_floor, polls, redis_cpu_seconds
+from bench.speed_traffic import fill, generate, pack
 from counting import keys
 from counting.event import Event
 from counting.settings import Settings
-from counting.wire import decode_events, encode_events, partition_for, record_key
-from ingest.publisher import shard_of
+from counting.wire import decode_events
 from tally.services import free_port, free_ports, start_broker, start_redis, stop_process
 from tally.stack import settings_env
 from tally.topics import ensure_topics
 
 RESULTS = Path(__file__).parent / "results"
 ROOT = Path(__file__).resolve().parents[1]
-REQUEST_EVENTS = 500
-BROWSER = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/130.0 Safari/537.36"
-SCRIPTED = "python-requests/2.31"
 PLAIN_RUNS = 3  # (a) reads a million events in about half a second: its median of three is the figure
-
-
-@dataclass(frozen=True)
-class Mix:
-    """The share of each kind of event (the rest are counted-length views)."""
-
-    short_views: float = 0.08
-    heartbeats: float = 0.25
-    reactions: float = 0.12
-    scripted_views: float = 0.03
-    retries: float = 0.02
-
-
-def generate(
-    n: int, videos: int, viewers: int, seed: int, start_ms: int, rate: float, mix: Mix = Mix()
-) -> list[Event]:
-    """`n` stamped events in ingest order: one ingest time per request of REQUEST_EVENTS events,
-    requests spaced to reach `rate` events a second, videos drawn with a Zipf-like skew."""
-    rng = random.Random(seed)
-    weights = [1.0 / (i + 1) ** 1.05 for i in range(videos)]
-    names = [f"v{i:05d}" for i in range(videos)]
-    users = [f"u{i}" for i in range(viewers)]
-    addresses = [f"81.{i % 251}.{(i >> 8) % 251}.{1 + (i >> 16) % 250}" for i in range(viewers)]
-    out: list[Event] = []
-    serial = 0
-    cut_short = mix.short_views
-    cut_beat = cut_short + mix.heartbeats
-    cut_react = cut_beat + mix.reactions
-    cut_bot = cut_react + mix.scripted_views
-    cut_retry = cut_bot + mix.retries
-    reactions = ("like", "like", "like", "unlike", "dislike")
-    while len(out) < n:
-        ingest_ts = start_ms + int(len(out) / rate * 1000)
-        batch_videos = rng.choices(names, weights, k=REQUEST_EVENTS)
-        for video in batch_videos:
-            if len(out) >= n:
-                break
-            roll = rng.random()
-            serial += 1
-            event_id = f"b{seed}-{serial}"
-            person = int(rng.random() * viewers)
-            user = users[person]
-            ts = ingest_ts - rng.randint(0, 20_000)
-            ip = addresses[person]
-            if roll < cut_short or cut_react <= roll < cut_bot or roll >= cut_retry:
-                watch = rng.uniform(0, 29) if roll < cut_short else rng.uniform(30, 600)
-                agent = SCRIPTED if cut_react <= roll < cut_bot else BROWSER
-                anonymous = rng.random() < 0.3
-                out.append(
-                    Event(
-                        event_id=event_id,
-                        type="view",
-                        video_id=video,
-                        ts=ts,
-                        user_id=None if anonymous else user,
-                        session_id=f"s-{user}",
-                        ip=ip,
-                        user_agent=agent,
-                        watch_secs=watch,
-                        video_duration_secs=900.0,
-                        ingest_ts=ingest_ts,
-                    )
-                )
-            elif roll < cut_beat:
-                out.append(
-                    Event(
-                        event_id=event_id,
-                        type="heartbeat",
-                        video_id=video,
-                        ts=ts,
-                        session_id=f"s-{user}",
-                        ingest_ts=ingest_ts,
-                    )
-                )
-            elif roll < cut_react:
-                out.append(
-                    Event(
-                        event_id=event_id,
-                        type=rng.choice(reactions),  # type: ignore[arg-type]
-                        video_id=video,
-                        ts=ts,
-                        user_id=user,
-                        ingest_ts=ingest_ts,
-                    )
-                )
-            elif out:
-                again = out[rng.randrange(max(0, len(out) - 5_000), len(out))]
-                out.append(Event(**{**_fields(again), "ingest_ts": ingest_ts}))
-    return out
-
-
-def _fields(event: Event) -> dict[str, Any]:
-    return {f: getattr(event, f) for f in event.__struct_fields__}
-
-
-def pack(events: list[Event], partitions: int, shards: dict[str, int]) -> list[tuple[int, bytes, bytes]]:
-    """(partition, key, value) records as the ingest API writes them: per request, per partition."""
-    records: list[tuple[int, bytes, bytes]] = []
-    start = 0
-    while start < len(events):
-        stamp = events[start].ingest_ts
-        end = start
-        while end < len(events) and events[end].ingest_ts == stamp:
-            end += 1
-        grouped: dict[int, tuple[bytes, list[Event]]] = {}
-        for event in events[start:end]:
-            key = record_key(event.video_id, shard_of(event, shards.get(event.video_id, 1)))
-            partition = partition_for(key, partitions)
-            grouped.setdefault(partition, (key, []))[1].append(event)
-        for partition, (key, batch) in sorted(grouped.items()):
-            records.append((partition, key, encode_events(batch)))
-        start = end
-    return records
-
-
-def fill(bootstrap: str, topic: str, records: list[tuple[int, bytes, bytes]]) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 20})
-    for partition, key, value in records:
-        while True:
-            try:
-                producer.produce(topic, value=value, key=key, partition=partition)
-                break
-            except BufferError:
-                producer.poll(0.1)
-    if producer.flush(120) != 0:
-        raise RuntimeError("the broker did not acknowledge every benchmark record")
 
 
 def plain_consumer(bootstrap: str, topic: str, partitions: int, expected_events: int) -> dict[str, float]:
@@ -204,12 +73,6 @@ def plain_consumer(bootstrap: str, topic: str, partitions: int, expected_events:
         "events_per_s": round(events / seconds),
         "cpu_us_per_event": round(cpu / events * 1e6, 2),
     }
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time a process has used so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def counter_run(settings: Settings, records: list[tuple[int, bytes, bytes]], events: int) -> dict[str, Any]:
@@ -246,7 +109,7 @@ def counter_run(settings: Settings, records: list[tuple[int, bytes, bytes]], eve
             if first is None and any(stored.values()):
                 first = time.perf_counter()
                 first_done = sum(stored.values())
-                cpu_start = (_cpu_seconds(process.pid), redis_cpu_seconds(client))
+                cpu_start = (cpu_seconds(process.pid), redis_cpu_seconds(client))
             if all(stored[p] >= ends[p] for p in ends):
                 break
             if process.poll() is not None:
@@ -255,7 +118,7 @@ def counter_run(settings: Settings, records: list[tuple[int, bytes, bytes]], eve
         else:
             raise RuntimeError(f"the counter did not finish within 600 s; see {log}")
         seconds = time.perf_counter() - (first or time.perf_counter())
-        counter_cpu = _cpu_seconds(process.pid) - cpu_start[0]
+        counter_cpu = cpu_seconds(process.pid) - cpu_start[0]
         redis_cpu = redis_cpu_seconds(client) - cpu_start[1]
     finally:
         stop_process(process, 30)
@@ -277,26 +140,6 @@ def counter_run(settings: Settings, records: list[tuple[int, bytes, bytes]], eve
     }
 
 
-def _machine() -> dict[str, Any]:
-    return {
-        "cpus": os.cpu_count(),
-        "cpu": _cpu_model(),
-        "python": platform.python_version(),
-        "system": f"{platform.system()} {platform.release()}",
-        "redis": subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout.strip(),
-    }
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
-
-
 def _empty_redis(url: str) -> None:
     client = redis.Redis.from_url(url)
     client.flushdb()
@@ -305,9 +148,9 @@ def _empty_redis(url: str) -> None:
 
 def _with_broker_cpu(broker_pid: int, events: int, read: Callable[[], Mapping[str, Any]]) -> dict[str, Any]:
     """`read()`'s figures, and the broker's CPU an event while it read."""
-    started = _cpu_seconds(broker_pid)
+    started = cpu_seconds(broker_pid)
     figures = read()
-    broker_cpu = _cpu_seconds(broker_pid) - started
+    broker_cpu = cpu_seconds(broker_pid) - started
     return {**figures, "broker_cpu_us_per_event": round(broker_cpu / events * 1e6, 2)}
 
 
@@ -379,7 +222,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             )
             uniform = generate(args.events, args.videos, args.events // 5, 1, now - 3_600_000, 50_000.0)
             one = [
-                Event(**{**_fields(e), "video_id": "viral"})
+                msgspec.structs.replace(e, video_id="viral")
                 for e in generate(args.events, 1, args.events // 5, 2, now - 3_600_000, 50_000.0)
             ]
             shards = {"viral": base.max_video_shards}
@@ -411,7 +254,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "one_video_ratio": figures["one_video"]["ratio"],
         "one_video_vs_uniform": round(o / u, 3),
         "scenarios": figures,
-        "machine": _machine(),
+        "machine": machine(),
     }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "speed_layer.json").write_text(json.dumps(result, indent=2))

@@ -1,4 +1,5 @@
-"""`bench.speed_floor` and `bench.speed_layer`'s readers against a real broker and a real Redis."""
+"""`bench.speed_floor` and `bench.speed_layer`'s readers against a real broker and a real Redis, on
+`bench.speed_traffic`'s events."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from bench import speed_floor, speed_layer
+from bench import speed_floor, speed_layer, speed_traffic
 from counting.event import Event
 from counting.settings import Settings
 from counting.wire import decode_events
@@ -26,9 +27,9 @@ def filled(broker: str, settings: Settings) -> tuple[str, list[Event], list[tupl
     topic = settings.events_topic
     ensure_topics(settings.model_copy(update={"kafka_bootstrap": broker, "topic_partitions": PARTITIONS}))
     now = int(time.time() * 1000)
-    events = speed_layer.generate(3_000, 50, 600, 7, now - 3_600_000, 50_000.0)
-    records = speed_layer.pack(events, PARTITIONS, {})
-    speed_layer.fill(broker, topic, records)
+    events = speed_traffic.generate(3_000, 50, 600, 7, now - 3_600_000, 50_000.0)
+    records = speed_traffic.pack(events, PARTITIONS, {})
+    speed_traffic.fill(broker, topic, records)
     return topic, events, records
 
 

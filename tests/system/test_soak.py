@@ -1,13 +1,15 @@
-"""A short soak: 45 s of load with Redis flushed (then rebuilt) and the counter killed midway;
-every acknowledged event is counted once and archived once."""
+"""A short soak against a stack of its own: 45 s of load with Redis flushed (then rebuilt) and the
+counter killed midway; every acknowledged event is counted once and archived once."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from bench import soak
+from bench.soak_checks import counts_equal
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -17,10 +19,11 @@ def test_short_soak_counts_every_acknowledged_event_once(tmp_path: Path) -> None
     result = soak.main(
         ["--minutes", "0.75", "--rate", "200", "--faults", "redis-flush,counter", "--out", str(out)]
     )
-    assert out.exists()
     assert [(f["fault"], f["ok"]) for f in result["faults"]] == [("redis-flush", True), ("counter", True)]
     assert result["events_counted"] == result["countable_ids_acknowledged"] > 0
     assert result["speed_vs_oracle"]["videos_differing"] == 0
     assert result["served_vs_oracle"]["videos_differing"] == 0
     assert (result["log"]["missing"], result["log"]["doubled"]) == (0, 0)
+    assert counts_equal(result) is True
     assert result["ok"], result
+    assert json.loads(out.read_text()) == result
