@@ -1,388 +1,62 @@
-"""Bot scoring: eleven weighted signals, their thresholds, weights and ranges read from a rules file
-(`counting.botrules`), and the score that rejects. `BotFilter` is one version of the rules made
-ready for the hot paths; every layer uses the filter of its settings (`filter_for`)."""
+"""Bot scoring: eleven weighted signals (`counting.signals`), their thresholds, weights and ranges
+read from a rules file (`counting.botrules`), and the score that rejects. `BotFilter`
+(`counting.botfilter`) is one version of the rules made ready for the hot paths; every layer uses the
+filter of its settings (`filter_of`, `RulesInUse`), `shipped()` is the filter of the shipped rules."""
 
 from __future__ import annotations
 
-import ipaddress
 import logging
-import re
-import socket
-from bisect import bisect_right
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from counting.botrules import DEFAULT_RULES_FILE, BotRules, RulesError, load_rules, shipped_rules
-from counting.event import Event
-from counting.rules import MIN_WATCH_SECS, RULES_VERSION
-
-
-@dataclass(frozen=True)
-class Signal:
-    """One bot signal: its name (the rejection reason) and its weight in the score."""
-
-    name: str
-    weight: float
-
-
-# The signals, by name (what a rejection records); their weights come from the rules.
-SCRIPTED_AGENT = "scripted_agent"
-ADDRESS_VELOCITY = "address_velocity"
-REPLAY_RATE = "replay_rate"
-DATACENTER_IP = "datacenter_ip"
-BAD_TLS = "bad_ja3"
-WATCH_ANOMALY = "watch_anomaly"
-WATCH_RATIO = "watch_ratio"
-THRESHOLD_BUNCHING = "threshold_bunching"
-MISSING_AGENT = "missing_agent"
-IMPOSSIBLE_AGENT = "impossible_agent"
-AGENT_ROTATION = "agent_rotation"
-# The order of the signals: ties between equally heavy signals go to the first (the reason).
-REASONS: tuple[str, ...] = (
-    SCRIPTED_AGENT,
+from counting.botfilter import BotFilter
+from counting.botrules import DEFAULT_RULES_FILE, RulesError, load_rules, shipped_rules
+from counting.signals import (
     ADDRESS_VELOCITY,
-    REPLAY_RATE,
-    DATACENTER_IP,
+    AGENT_ROTATION,
+    ALLOWED_BIT,
     BAD_TLS,
+    BIT,
+    DATACENTER_IP,
+    IMPOSSIBLE_AGENT,
+    MASK_ORDER,
+    MISSING_AGENT,
+    REASONS,
+    REPLAY_RATE,
+    SCRIPTED_AGENT,
+    THRESHOLD_BUNCHING,
     WATCH_ANOMALY,
     WATCH_RATIO,
-    THRESHOLD_BUNCHING,
-    MISSING_AGENT,
-    IMPOSSIBLE_AGENT,
-    AGENT_ROTATION,
+    Signal,
+    score,
 )
-# Bit i of a signal mask is signal i of MASK_ORDER. Properties of the client alone: the agent's
-# (scripted, missing, impossible), the address's and the TLS fingerprint's; of the view alone: the
-# watch time's (anomaly, ratio); the others need windows (velocity, replays, bunching, rotation).
-MASK_ORDER: tuple[str, ...] = (
-    SCRIPTED_AGENT,
-    DATACENTER_IP,
-    BAD_TLS,
-    WATCH_ANOMALY,
-    ADDRESS_VELOCITY,
-    REPLAY_RATE,
-    WATCH_RATIO,
-    THRESHOLD_BUNCHING,
-    MISSING_AGENT,
-    IMPOSSIBLE_AGENT,
-    AGENT_ROTATION,
-)
-BIT: dict[str, int] = {name: 1 << i for i, name in enumerate(MASK_ORDER)}
-_SCRIPTED_BIT = BIT[SCRIPTED_AGENT]
-_DATACENTER_BIT = BIT[DATACENTER_IP]
-_BAD_TLS_BIT = BIT[BAD_TLS]
-_WATCH_BIT = BIT[WATCH_ANOMALY]
-_VELOCITY_BIT = BIT[ADDRESS_VELOCITY]
-_REPLAY_BIT = BIT[REPLAY_RATE]
-_RATIO_BIT = BIT[WATCH_RATIO]
-_BUNCHING_BIT = BIT[THRESHOLD_BUNCHING]
-_MISSING_AGENT_BIT = BIT[MISSING_AGENT]
-_IMPOSSIBLE_AGENT_BIT = BIT[IMPOSSIBLE_AGENT]
-_ROTATION_BIT = BIT[AGENT_ROTATION]
-# Not a signal: the client's address is on the allow-list, so no address signal fires for it.
-ALLOWED_BIT = 1 << len(MASK_ORDER)
-_V4_MAPPED_PREFIX = int(ipaddress.IPv6Address("::ffff:0:0"))
+
+# The signals' names and the filter stay importable from here, where the other layers import them.
+__all__ = [
+    "ADDRESS_VELOCITY",
+    "AGENT_ROTATION",
+    "ALLOWED_BIT",
+    "BAD_TLS",
+    "BIT",
+    "DATACENTER_IP",
+    "IMPOSSIBLE_AGENT",
+    "MASK_ORDER",
+    "MISSING_AGENT",
+    "REASONS",
+    "REPLAY_RATE",
+    "SCRIPTED_AGENT",
+    "THRESHOLD_BUNCHING",
+    "WATCH_ANOMALY",
+    "WATCH_RATIO",
+    "BotFilter",
+    "RulesError",
+    "RulesInUse",
+    "Signal",
+    "filter_of",
+    "score",
+    "shipped",
+]
 log = logging.getLogger(__name__)
-
-
-class _Ranges:
-    """Address ranges as sorted, disjoint (first, last) integers per IP version, looked up by
-    bisection (an IPv4-mapped IPv6 address is looked up as its IPv4)."""
-
-    def __init__(self, texts: Iterable[str]) -> None:
-        self.networks = tuple(ipaddress.ip_network(text) for text in texts)
-        self._v4 = self._merged(4)
-        self._v6 = self._merged(6)
-
-    def _merged(self, version: int) -> tuple[list[int], list[int]]:
-        starts: list[int] = []
-        ends: list[int] = []
-        for n in sorted(self.networks, key=lambda n: (n.version, int(n.network_address))):
-            if n.version != version:
-                continue
-            first, last = int(n.network_address), int(n.broadcast_address)
-            if ends and first <= ends[-1] + 1:
-                ends[-1] = max(ends[-1], last)
-            else:
-                starts.append(first)
-                ends.append(last)
-        return starts, ends
-
-    def __contains__(self, ip: str) -> bool:
-        """Plain addresses are parsed by `socket.inet_pton` (a strict subset of what `ipaddress`
-        accepts, about 20 times faster); the rest (e.g. scoped IPv6) go through `ipaddress`."""
-        try:
-            return _in(int.from_bytes(socket.inet_pton(socket.AF_INET, ip)), self._v4)
-        except OSError:
-            pass
-        try:
-            value = int.from_bytes(socket.inet_pton(socket.AF_INET6, ip))
-        except OSError:
-            return self._contains_parsed(ip)
-        if value >> 32 == _V4_MAPPED_PREFIX >> 32:
-            return _in(value & 0xFFFFFFFF, self._v4)
-        return _in(value, self._v6)
-
-    def _contains_parsed(self, ip: str) -> bool:
-        try:
-            address = ipaddress.ip_address(ip)
-        except ValueError:
-            return False
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-            address = address.ipv4_mapped
-        return any(address.version == n.version and address in n for n in self.networks)
-
-
-def _in(value: int, ranges: tuple[list[int], list[int]]) -> bool:
-    starts, ends = ranges
-    at = bisect_right(starts, value) - 1
-    return at >= 0 and value <= ends[at]
-
-
-class BotFilter:
-    """One version of the bot rules, ready for the hot paths: the signals of a client are
-    remembered per client (the counter sees the same clients again and again), and the verdict of
-    every combination of signals is a table lookup (`rejection_by_mask`)."""
-
-    def __init__(self, rules: BotRules) -> None:
-        self.rules = rules
-        self.version = f"{RULES_VERSION}+{rules.version}"  # the counting code's, then the file's
-        thresholds = rules.thresholds
-        self.max_views_per_address_minute = thresholds.max_views_per_address_minute
-        self.max_replays_per_day = thresholds.max_replays_per_day
-        self.watch_overrun_factor = thresholds.watch_overrun_factor
-        self.watch_overrun_slack_secs = thresholds.watch_overrun_slack_secs
-        self.max_watch_secs = thresholds.max_watch_secs
-        self.min_watch_ratio = thresholds.min_watch_ratio
-        self.bunch_window_secs = thresholds.bunch_window_secs
-        self.bunch_min_views = thresholds.bunch_min_views
-        self.bunch_min_share = thresholds.bunch_min_share
-        self.max_agents_per_address_hour = thresholds.max_agents_per_address_hour
-        self.near_threshold_below = MIN_WATCH_SECS + thresholds.bunch_window_secs
-        self.reject_score = rules.score.reject
-        self.soft_score = rules.score.soft
-        self.signals: dict[str, Signal] = {name: Signal(name, rules.weight(name)) for name in REASONS}
-        self.scripted_pattern = rules.agents.scripted_pattern
-        self._scripted = re.compile(self.scripted_pattern)
-        self.impossible_pattern = rules.agents.impossible_pattern
-        self._impossible = re.compile(self.impossible_pattern)
-        self.datacenter = _Ranges(rules.addresses.datacenter)
-        self.allowed = _Ranges(rules.addresses.allow)
-        self.bad_ja3 = frozenset(rules.tls.bad_ja3)
-        self.client_mask: Callable[[str | None, str | None, str | None], int] = lru_cache(maxsize=262_144)(
-            self._client_mask
-        )
-        self.is_datacenter_ip: Callable[[str | None], bool] = lru_cache(maxsize=262_144)(
-            self._is_datacenter_ip
-        )
-        self.is_allowed_ip: Callable[[str | None], bool] = lru_cache(maxsize=262_144)(self._is_allowed_ip)
-        # The pattern search costs microseconds; the agents are few (a client-mask miss, a new
-        # address, must not search again).
-        self.is_scripted_agent: Callable[[str | None], bool] = lru_cache(maxsize=65_536)(
-            self._is_scripted_agent
-        )
-        self.is_impossible_agent: Callable[[str | None], bool] = lru_cache(maxsize=65_536)(
-            self._is_impossible_agent
-        )
-        # The rejection reason of every mask (None: not rejected): `rejection_reason` evaluated once
-        # per combination of signals, so a hot path decides a view with one lookup.
-        self.rejection_by_mask: tuple[str | None, ...] = tuple(
-            self.rejection_reason(self.signals_of(mask)) for mask in range(1 << len(MASK_ORDER))
-        )
-        # Whether a view of each mask is in the soft band (counted, flagged): `is_flagged` per mask.
-        self.flagged_by_mask: tuple[bool, ...] = tuple(
-            self.is_flagged(self.signals_of(mask)) for mask in range(1 << len(MASK_ORDER))
-        )
-
-    def _is_scripted_agent(self, user_agent: str | None) -> bool:
-        return user_agent is not None and self._scripted.search(user_agent) is not None
-
-    def is_missing_agent(self, user_agent: str | None) -> bool:
-        """No user agent, or a blank one."""
-        return user_agent is None or not user_agent.strip()
-
-    def _is_impossible_agent(self, user_agent: str | None) -> bool:
-        """An agent no real client sends (the rules' `impossible_pattern`); a missing one is not."""
-        return not self.is_missing_agent(user_agent) and self._impossible.search(user_agent or "") is not None
-
-    def _is_datacenter_ip(self, ip: str | None) -> bool:
-        """In a data-centre range and not on the allow-list."""
-        return ip is not None and ip in self.datacenter and not self.is_allowed_ip(ip)
-
-    def _is_allowed_ip(self, ip: str | None) -> bool:
-        return ip is not None and ip in self.allowed
-
-    def is_bad_ja3(self, ja3: str | None) -> bool:
-        return ja3 is not None and ja3.lower() in self.bad_ja3
-
-    def is_watch_anomaly(self, watch_secs: float | None, duration_secs: float | None) -> bool:
-        """Watched longer than the video allows, or longer than anyone plausibly watches."""
-        if watch_secs is None:
-            return False
-        if watch_secs > self.max_watch_secs:
-            return True
-        if duration_secs is None:
-            return False
-        return watch_secs > duration_secs * self.watch_overrun_factor + self.watch_overrun_slack_secs
-
-    def is_low_watch_ratio(self, watch_secs: float | None, duration_secs: float | None) -> bool:
-        """Watched less than the minimum share of a video of known length."""
-        if watch_secs is None or duration_secs is None:
-            return False
-        return watch_secs < duration_secs * self.min_watch_ratio
-
-    def is_near_threshold(self, watch_secs: float | None, duration_secs: float | None) -> bool:
-        """Stopped within the bunching window past the counting threshold, before the video's end
-        (a video not much longer than the threshold is watched to its end there by everyone)."""
-        if watch_secs is None or not MIN_WATCH_SECS <= watch_secs < self.near_threshold_below:
-            return False
-        return duration_secs is None or watch_secs < duration_secs - self.bunch_window_secs
-
-    def is_bunched(self, near_views: int, qualified_views: int) -> bool:
-        """Whether a video's day, with `near_views` of its `qualified_views` stopping near the
-        threshold, shows views gamed past it. Both count first copies long enough to count that
-        their static signals alone (`is_static_reject`) do not reject: views refused anyway do not
-        dilute the share."""
-        return near_views >= self.bunch_min_views and near_views >= self.bunch_min_share * qualified_views
-
-    def is_high_velocity(self, views_from_address_last_minute: int) -> bool:
-        """More views from one address in the 60 seconds up to a view (`address_views`) than allowed."""
-        return views_from_address_last_minute > self.max_views_per_address_minute
-
-    def is_agent_rotation(self, agents_from_address_this_hour: int) -> bool:
-        """More distinct user agents from one address in one hour than allowed."""
-        return agents_from_address_this_hour > self.max_agents_per_address_hour
-
-    def is_replay_loop(self, views_by_viewer_of_video_today: int) -> bool:
-        return views_by_viewer_of_video_today > self.max_replays_per_day
-
-    def _client_mask(self, user_agent: str | None, ip: str | None, ja3: str | None) -> int:
-        """The mask of the signals a client shows by itself (its agent, address and TLS
-        fingerprint), with ALLOWED_BIT if its address is on the allow-list."""
-        mask = 0
-        if self.is_missing_agent(user_agent):
-            mask |= _MISSING_AGENT_BIT
-        elif self.is_scripted_agent(user_agent):
-            mask |= _SCRIPTED_BIT
-        if self.is_impossible_agent(user_agent):
-            mask |= _IMPOSSIBLE_AGENT_BIT
-        if self.is_allowed_ip(ip):
-            mask |= ALLOWED_BIT
-        elif self.is_datacenter_ip(ip):
-            mask |= _DATACENTER_BIT
-        if self.is_bad_ja3(ja3):
-            mask |= _BAD_TLS_BIT
-        return mask
-
-    def view_mask(
-        self,
-        client: int,
-        watch_secs: float | None,
-        duration_secs: float | None,
-        address_minute_views: int,
-        viewer_day_views: int,
-        bunched: bool = False,
-        address_agents: int = 0,
-    ) -> int:
-        """The mask of every signal of a view, from its client's mask (`client_mask`), its watch
-        time and its windows (views from its address in the 60 s up to it, views of its video by
-        its viewer in its day, whether it stopped near the threshold on a bunched video day, and
-        distinct agents from its address in its hour): `static_mask` and `window_mask`."""
-        return self.static_mask(client, watch_secs, duration_secs) | self.window_mask(
-            client, address_minute_views, viewer_day_views, bunched, address_agents
-        )
-
-    def static_mask(self, client: int, watch_secs: float | None, duration_secs: float | None) -> int:
-        """The signals a view shows without any window: its client's and its watch time's."""
-        mask = client & ~ALLOWED_BIT
-        if self.is_watch_anomaly(watch_secs, duration_secs):
-            mask |= _WATCH_BIT
-        if self.is_low_watch_ratio(watch_secs, duration_secs):
-            mask |= _RATIO_BIT
-        return mask
-
-    def window_mask(
-        self,
-        client: int,
-        address_minute_views: int,
-        viewer_day_views: int,
-        bunched: bool = False,
-        address_agents: int = 0,
-    ) -> int:
-        """The signals of a view's windows. An allowed address (`client` holds ALLOWED_BIT) never
-        shows the velocity or the rotation signal."""
-        mask = _BUNCHING_BIT if bunched else 0
-        if not client & ALLOWED_BIT:
-            if self.is_high_velocity(address_minute_views):
-                mask |= _VELOCITY_BIT
-            if self.is_agent_rotation(address_agents):
-                mask |= _ROTATION_BIT
-        if self.is_replay_loop(viewer_day_views):
-            mask |= _REPLAY_BIT
-        return mask
-
-    def is_static_reject(self, client: int, watch_secs: float | None, duration_secs: float | None) -> bool:
-        """Whether a view's static signals (its client's and its watch time's) reject it alone."""
-        return self.rejection_by_mask[self.static_mask(client, watch_secs, duration_secs)] is not None
-
-    def signals_of(self, mask: int) -> list[Signal]:
-        """The signals of a mask, in MASK_ORDER."""
-        return [self.signals[name] for bit, name in enumerate(MASK_ORDER) if mask >> bit & 1]
-
-    def static_signals(self, event: Event) -> list[Signal]:
-        """The signals one event shows on its own, without any window."""
-        return self.signals_for(event, 0, 0)
-
-    def signals_for(
-        self,
-        event: Event,
-        address_minute_views: int,
-        viewer_day_views: int,
-        bunched: bool = False,
-        address_agents: int = 0,
-    ) -> list[Signal]:
-        """Every signal of a view, given its windows (views from its address in the 60 s up to it,
-        views of its video by its viewer in its day, whether it is near the threshold on a bunched
-        day, distinct agents from its address in its hour)."""
-        return self.signals_of(
-            self.mask_for(event, address_minute_views, viewer_day_views, bunched, address_agents)
-        )
-
-    def mask_for(
-        self,
-        event: Event,
-        address_minute_views: int,
-        viewer_day_views: int,
-        bunched: bool = False,
-        address_agents: int = 0,
-    ) -> int:
-        """The signal mask of a view, given its windows (as `signals_for`)."""
-        client = self.client_mask(event.user_agent, event.ip, event.ja3)
-        return self.view_mask(
-            client,
-            event.watch_secs,
-            event.video_duration_secs,
-            address_minute_views,
-            viewer_day_views,
-            bunched,
-            address_agents,
-        )
-
-    def is_flagged(self, found: list[Signal]) -> bool:
-        """Whether a view with these signals is in the soft band: counted, but flagged."""
-        return self.soft_score <= score(found) < self.reject_score
-
-    def rejection_reason(self, found: list[Signal]) -> str | None:
-        """The reason recorded for a rejected view (its heaviest signal), or None if it is not rejected."""
-        if score(found) < self.reject_score:
-            return None
-        return min(found, key=lambda s: (-s.weight, REASONS.index(s.name))).name
-
-
-def score(found: list[Signal]) -> float:
-    return sum(s.weight for s in found)
 
 
 @lru_cache(maxsize=8)

@@ -5,26 +5,36 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from counting import rules
-from counting.bots import BotFilter, shipped
+from counting.botfilter import BotFilter
+from counting.bots import shipped
+from counting.counts import VideoCounts
 from counting.event import Event
 
-
-@dataclass
-class VideoCounts:
-    """Exact counts of one video."""
-
-    views: int = 0
-    likes: int = 0
-    dislikes: int = 0
-    unique_viewers: int = 0
-    rejected: dict[str, int] = field(default_factory=dict)
-    short_views: int = 0
-    repeat_views: int = 0
-    flagged: int = 0  # counted views scored in the soft band (a subset of `views`)
+__all__ = [
+    "COUNTED",
+    "REJECTED",
+    "REPEAT",
+    "SHORT",
+    "CreatorCounts",
+    "Judged",
+    "VideoCounts",
+    "address_windows",
+    "count",
+    "counted_views",
+    "creator_counts",
+    "dedup",
+    "judged_views",
+    "milestones",
+    "reactions",
+    "view_masks",
+    "view_outcomes",
+    "view_verdicts",
+    "watching_now",
+]
 
 
 def dedup(events: Iterable[Event], cutoff: int | None = None) -> list[Event]:
@@ -172,31 +182,45 @@ def count(
     """Exact per-video counts over the events ingested before `cutoff` (all events if None), with
     the bot rules of `bot_filter` (default: the rules shipped with Tally)."""
     kept = dedup(events, cutoff)
-    result: dict[str, VideoCounts] = {}
-    viewers: dict[str, set[str]] = {}
+    tallies: dict[str, Counter[str]] = defaultdict(Counter)
+    rejected: dict[str, dict[str, int]] = defaultdict(dict)
+    viewers: dict[str, set[str]] = defaultdict(set)
     for event, outcome, reason, _, flagged in judged_views(kept, bot_filter):
-        counts = result.setdefault(event.video_id, VideoCounts())
-        counts.flagged += flagged
+        tally = tallies[event.video_id]
+        tally["flagged"] += flagged
         if outcome == SHORT:
-            counts.short_views += 1
+            tally["short_views"] += 1
         elif outcome == REJECTED and reason is not None:
-            counts.rejected[reason] = counts.rejected.get(reason, 0) + 1
+            of_video = rejected[event.video_id]
+            of_video[reason] = of_video.get(reason, 0) + 1
         elif outcome == REPEAT:
-            counts.repeat_views += 1
+            tally["repeat_views"] += 1
         else:
-            counts.views += 1
-            viewers.setdefault(event.video_id, set()).add(rules.viewer_of(event))
-    for video_id, seen in viewers.items():
-        result[video_id].unique_viewers = len(seen)
+            tally["views"] += 1
+            viewers[event.video_id].add(rules.viewer_of(event))
     for (_, video_id), state in reactions(kept).items():
-        counts = result.setdefault(video_id, VideoCounts())
         if state == rules.LIKED:
-            counts.likes += 1
+            tallies[video_id]["likes"] += 1
         elif state == rules.DISLIKED:
-            counts.dislikes += 1
-    for event in kept:
-        result.setdefault(event.video_id, VideoCounts())
-    return result
+            tallies[video_id]["dislikes"] += 1
+    videos = dict.fromkeys([*tallies, *(event.video_id for event in kept)])
+    return {
+        video_id: _video_counts(tallies[video_id], viewers[video_id], rejected[video_id])
+        for video_id in videos
+    }
+
+
+def _video_counts(tally: Counter[str], viewers: set[str], rejected: dict[str, int]) -> VideoCounts:
+    return VideoCounts(
+        views=tally["views"],
+        likes=tally["likes"],
+        dislikes=tally["dislikes"],
+        unique_viewers=len(viewers),
+        rejected=rejected,
+        short_views=tally["short_views"],
+        repeat_views=tally["repeat_views"],
+        flagged=tally["flagged"],
+    )
 
 
 @dataclass

@@ -48,7 +48,7 @@ def raw_files(raw_dir: Path, since_ms: int, cutoff_ms: int) -> list[Path]:
             start is not None
             and _visible(path, raw_dir)
             and start < cutoff_ms
-            and start + suites.HOUR_MS > since_ms
+            and start + rules.HOUR_MS > since_ms
         ):
             found.append(path)
     return found

@@ -18,7 +18,6 @@ BATCH_DAILY = "batch_daily"
 
 MAX_MILLIS = 2**53  # counting.event.Millis
 MAX_SECONDS = 1e9  # counting.event.Seconds
-HOUR_MS = 3_600_000
 # IPv4 or IPv6 text (the ingest API parsed it with `ipaddress`; this only catches garbage).
 IP_REGEX = r"^[0-9A-Fa-f:.]{2,45}$"
 

@@ -23,8 +23,9 @@ from serving_layer.errors import StoreUnavailable
 from serving_layer.schemas import CreatorStats, ErrorAnswer, error_answer
 from serving_layer.speed import new_viewers, read_video, viewers_estimate
 from serving_layer.stats import REDIS_ERRORS, now_ms
+from warehouse.catalog import creator_videos
+from warehouse.connection import open_store
 from warehouse.errors import StoreError
-from warehouse.store import creator_videos, open_store
 
 NO_REACH = (
     "the published batch run was made without the catalog, so it has no exact creator reach: "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from counting.counts import added_rejected
 from serving_layer.speed import SpeedCounts
 from warehouse.baseline import BaselineRow
 
@@ -33,9 +34,6 @@ def merge(video_id: str, base: BaselineRow | None, speed: SpeedCounts | None) ->
     """
     b = base or BaselineRow(video_id)
     s = speed or SpeedCounts()
-    rejected = dict(b.rejected)
-    for reason, n in s.rejected.items():
-        rejected[reason] = rejected.get(reason, 0) + n
     return Stats(
         video_id=video_id,
         views=b.views + s.views,
@@ -43,7 +41,7 @@ def merge(video_id: str, base: BaselineRow | None, speed: SpeedCounts | None) ->
         dislikes=b.dislikes + s.dislikes,
         unique_viewers=_unique_viewers(b, s),
         watching_now=s.watching_now,
-        rejected=rejected,
+        rejected=added_rejected(b.rejected, s.rejected),
         approx=s.approx_uniques,
     )
 
@@ -51,4 +49,4 @@ def merge(video_id: str, base: BaselineRow | None, speed: SpeedCounts | None) ->
 def _unique_viewers(base: BaselineRow, speed: SpeedCounts) -> int:
     if speed.viewers_estimate is not None:
         return max(base.unique_viewers, speed.viewers_estimate)
-    return base.unique_viewers + speed.uniques
+    return base.unique_viewers + speed.unique_viewers

@@ -17,9 +17,9 @@ from counting.milestones import milestone_id
 from counting.settings import Settings
 from serving_layer.errors import StoreUnavailable
 from serving_layer.schemas import MilestoneAnswer
+from warehouse.connection import open_store
 from warehouse.errors import StoreError
 from warehouse.milestones import Milestone, milestones_of, recent_milestones
-from warehouse.store import open_store
 
 
 class VideoMilestones(BaseModel):

@@ -10,8 +10,9 @@ import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
 from serving_layer.errors import StoreUnavailable
+from warehouse.connection import open_store
 from warehouse.errors import StoreError
-from warehouse.store import PayoutSummary, open_store, payout_summaries
+from warehouse.ledger import PayoutSummary, payout_summaries
 
 
 def creator_payouts(

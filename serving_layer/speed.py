@@ -6,28 +6,23 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import cast
 
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
 from counting import keys, rules
-from counting.bots import REASONS
+from counting.counts import VideoCounts
+from counting.signals import REASONS
 from counting.trends import Place
 
 
-@dataclass
-class SpeedCounts:
-    """The sum of a video's speed deltas over a range of buckets, plus its live presence."""
+@dataclass(frozen=True)
+class SpeedCounts(VideoCounts):
+    """The sum of a video's speed deltas over a range of buckets (`unique_viewers`: the viewers the
+    speed layer first counted in them), plus its live presence."""
 
-    views: int = 0
-    likes: int = 0
-    dislikes: int = 0
-    uniques: int = 0
-    short_views: int = 0
-    repeat_views: int = 0
-    rejected: dict[str, int] = field(default_factory=dict)
     watching_now: int = 0
     buckets: int = 0
     viewers_estimate: int | None = None
@@ -39,7 +34,15 @@ class SpeedCounts:
         return self.viewers_estimate is not None
 
 
-_PLAIN = ("views", "likes", "dislikes", "uniques", "short_views", "repeat_views")
+# The plain fields of a bucket hash, by the count of `SpeedCounts` each sums into.
+_PLAIN = {
+    "views": "views",
+    "likes": "likes",
+    "dislikes": "dislikes",
+    "uniques": "unique_viewers",
+    "short_views": "short_views",
+    "repeat_views": "repeat_views",
+}
 
 # A video's whole speed side in one read-only script. KEYS: its buckets index, presence and viewers;
 # ARGV: the first bucket, the oldest live heartbeat (ms), the prefix of its bucket-counts keys. Every
@@ -101,17 +104,27 @@ async def read_video(
                 raise
             await redis.script_load(_READ_LUA)
     flat = replies[0]
-    counts = SpeedCounts(watching_now=int(flat[1]), buckets=int(flat[0]))
-    if flat[2]:
-        counts.viewers_estimate = int(flat[3])
+    plain: dict[str, int] = {}
+    rejected: dict[str, int] = {}
     for i in range(4, len(flat), 2):
-        raw_name = flat[i]
-        name = raw_name.decode() if isinstance(raw_name, bytes) else raw_name
+        name = _text(flat[i])
         value = int(flat[i + 1])
         if name in _PLAIN:
-            setattr(counts, name, value)
+            plain[_PLAIN[name]] = value
         elif name.startswith("rejected:") and name[9:] in REASONS:
-            counts.rejected[name[9:]] = value
+            rejected[name[9:]] = value
+    counts = SpeedCounts(
+        views=plain.get("views", 0),
+        likes=plain.get("likes", 0),
+        dislikes=plain.get("dislikes", 0),
+        unique_viewers=plain.get("unique_viewers", 0),
+        rejected=rejected,
+        short_views=plain.get("short_views", 0),
+        repeat_views=plain.get("repeat_views", 0),
+        watching_now=int(flat[1]),
+        buckets=int(flat[0]),
+        viewers_estimate=int(flat[3]) if flat[2] else None,
+    )
     return counts, bool(owners) and int(replies[1]) > 0
 
 

@@ -11,8 +11,8 @@ from typing import Any, Literal, cast
 from redis.asyncio import Redis
 
 from counting import keys, rules
-from counting.bots import REASONS
 from counting.settings import Settings
+from counting.signals import REASONS
 from serving_layer.baselines import BaselineCache, BucketCounts
 from serving_layer.stats import REDIS_ERRORS
 
@@ -167,7 +167,7 @@ async def read_series(
     """One point per bucket in [start_bucket, end_bucket): views, rejected, short views and the
     layer it came from. `redis` None: only the batch side (Redis away)."""
     baseline = baselines.get()
-    first_speed = baseline.cutoff // bucket_ms if baseline else 0
+    first_speed = rules.bucket_of(baseline.cutoff, bucket_ms) if baseline else 0
     batch = baselines.series(video_id)
     points = [
         {"bucket": bucket, **_point(bucket * bucket_ms, bucket_ms, batch.get(bucket, _NONE), "batch")}
@@ -242,14 +242,15 @@ async def read_steps(
         tier = await asyncio.to_thread(baselines.tier, video_id, step_ms, oldest_ms)
         if tier is None and summed:  # a run made before the tiers: its buckets add up the same
             tier = _by_step(baselines.series(video_id), bucket_ms, step_ms)
-    first_speed = max(lo, cutoff) // bucket_ms
+    first_speed = rules.bucket_of(max(lo, cutoff), bucket_ms)
     end_speed = -(-hi // bucket_ms)
     speed = None if redis is None else await _speed_buckets(redis, video_id, first_speed, end_speed)
 
     points: list[Point] = []
     if tier is None:  # no tier and steps finer than the buckets: the run's buckets as they are
-        last = min(cutoff // bucket_ms, -(-hi // bucket_ms))
-        points += _bucket_points(baselines.series(video_id), lo // bucket_ms, last, bucket_ms, "batch")
+        last = min(rules.bucket_of(cutoff, bucket_ms), -(-hi // bucket_ms))
+        first_bucket = rules.bucket_of(lo, bucket_ms)
+        points += _bucket_points(baselines.series(video_id), first_bucket, last, bucket_ms, "batch")
     else:
         speed_steps = _by_step(speed, bucket_ms, step_ms) if summed and speed is not None else {}
         for index in range(first, end):

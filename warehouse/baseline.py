@@ -9,44 +9,37 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from counting.bots import REASONS
+from counting.counts import COUNT_FIELDS, VideoCounts
+from counting.signals import REASONS
 from warehouse.errors import BaselineError
 
 POINTER = "CURRENT"
 # A run's folder under the batch directory that holds each creator's exact unique viewers as of its
 # cutoff (creator_id, unique_viewers): written by the batch, read by the serving layer.
 CREATOR_VIEWERS_DIR = "creator_viewers"
-COUNT_COLUMNS: tuple[str, ...] = (
-    "views",
-    "likes",
-    "dislikes",
-    "unique_viewers",
-    "short_views",
-    "repeat_views",
-    "flagged",
-)
-REJECTED_COLUMNS: tuple[str, ...] = tuple(f"rejected_{r}" for r in REASONS)
+COUNT_COLUMNS: tuple[str, ...] = COUNT_FIELDS
+
+
+def rejected_column(reason: str) -> str:
+    """The column of a baseline or daily table that holds a reason's rejected views."""
+    return f"rejected_{reason}"
+
+
+REJECTED_COLUMNS: tuple[str, ...] = tuple(rejected_column(r) for r in REASONS)
 
 
 @dataclass(frozen=True)
-class BaselineRow:
-    """Exact counts of one video as of the baseline's cutoff."""
+class BaselineRow(VideoCounts):
+    """Exact counts of one video (`counting.counts.VideoCounts`) as of the baseline's cutoff, with
+    its id: `BaselineRow(video_id, views=..., ...)`."""
 
     video_id: str
-    views: int = 0
-    likes: int = 0
-    dislikes: int = 0
-    unique_viewers: int = 0
-    short_views: int = 0
-    repeat_views: int = 0
-    flagged: int = 0
-    rejected: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -72,11 +65,9 @@ def baseline_schema() -> pa.Schema:
 
 
 def _row_dict(row: BaselineRow) -> dict[str, object]:
-    data: dict[str, object] = {"video_id": row.video_id}
-    for column in COUNT_COLUMNS:
-        data[column] = getattr(row, column)
+    data: dict[str, object] = {"video_id": row.video_id, **row.count_fields()}
     for reason in REASONS:
-        data[f"rejected_{reason}"] = row.rejected.get(reason, 0)
+        data[rejected_column(reason)] = row.rejected.get(reason, 0)
     return data
 
 
@@ -132,7 +123,7 @@ def current_baseline(baselines_dir: Path) -> Baseline | None:
     for item in table.to_pylist():
         # A baseline of an earlier version has no column for a reason or a count added since
         # (`flagged`): none rejected for it, none flagged.
-        rejected = {r: int(item[f"rejected_{r}"]) for r in REASONS if item.get(f"rejected_{r}")}
+        rejected = {r: int(item[rejected_column(r)]) for r in REASONS if item.get(rejected_column(r))}
         rows[item["video_id"]] = BaselineRow(
             video_id=item["video_id"],
             rejected=rejected,

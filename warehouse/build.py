@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -18,10 +18,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import sqlalchemy as sa
 
-from counting.bots import REASONS
 from counting.logschema import LOG_COLUMNS, PARTITION_COLUMNS
 from counting.settings import Settings
-from warehouse.baseline import REJECTED_COLUMNS, baseline_schema, read_pointer
+from counting.signals import REASONS
+from warehouse.baseline import baseline_schema, read_pointer, rejected_column
 from warehouse.errors import WarehouseBuildError
 from warehouse.explanations import EXPLAINED_SCHEMA, explained_path
 from warehouse.models import MODELS_DIR, Model, literal, load_models, render
@@ -171,15 +171,16 @@ def model_variables(settings: Settings) -> tuple[dict[str, str], str | None]:
     return variables, run_id
 
 
-def reason_variables() -> dict[str, str]:
-    """The rejection reasons' columns as the models write them, from `counting.bots.REASONS`: typed
-    (`rejected_columns`), summed per day (`rejected_views_sum`), named by reason for an unpivot
-    (`rejected_by_reason`, `reasons`)."""
+def reason_variables(reasons: Sequence[str] = REASONS) -> dict[str, str]:
+    """The rejection reasons' columns as the models write them, from `counting.signals.REASONS` (a
+    new signal adds its column to every model): typed (`rejected_columns`), summed per day
+    (`rejected_views_sum`), named by reason for an unpivot (`rejected_by_reason`, `reasons`)."""
+    columns = [rejected_column(r) for r in reasons]
     return {
-        "rejected_columns": ",\n        ".join(f"{c}::bigint as {c}" for c in REJECTED_COLUMNS),
-        "rejected_views_sum": "\n        + ".join(f"daily.{c}" for c in REJECTED_COLUMNS),
-        "rejected_by_reason": ",\n            ".join(f"rejected_{r} as {r}" for r in REASONS),
-        "reasons": ", ".join(REASONS),
+        "rejected_columns": ",\n        ".join(f"{c}::bigint as {c}" for c in columns),
+        "rejected_views_sum": "\n        + ".join(f"daily.{c}" for c in columns),
+        "rejected_by_reason": ",\n            ".join(f"{rejected_column(r)} as {r}" for r in reasons),
+        "reasons": ", ".join(reasons),
     }
 
 

@@ -10,8 +10,8 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
+from warehouse.connection import Store, open_store
 from warehouse.errors import StoreUnavailable
-from warehouse.store import Store, open_store
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 

@@ -9,7 +9,7 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from warehouse.store import Store
+from warehouse.connection import Store
 from warehouse.tables import milestones
 
 OFF, PENDING, DELIVERED, DEAD = "off", "pending", "delivered", "dead"

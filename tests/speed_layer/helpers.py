@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,24 +163,22 @@ def pack(
 
 def speed_counts(client: redis.Redis, video: str, below_bucket: int | None = None) -> VideoCounts:
     """The sum of a video's bucket hashes (all, or those below a bucket), as the oracle shapes counts."""
-    counts = VideoCounts()
-    unique = 0
+    totals: Counter[str] = Counter()
     for member in client.zrange(keys.buckets_index(video), 0, -1):
         bucket = int(member)
         if below_bucket is not None and bucket >= below_bucket:
             continue
-        fields = {k.decode(): int(v) for k, v in client.hgetall(keys.bucket_counts(video, bucket)).items()}
-        counts.views += fields.get("views", 0)
-        counts.likes += fields.get("likes", 0)
-        counts.dislikes += fields.get("dislikes", 0)
-        counts.short_views += fields.get("short_views", 0)
-        counts.repeat_views += fields.get("repeat_views", 0)
-        unique += fields.get("uniques", 0)
-        for reason in bots.REASONS:
-            if fields.get(f"rejected:{reason}", 0):
-                counts.rejected[reason] = counts.rejected.get(reason, 0) + fields[f"rejected:{reason}"]
-    counts.unique_viewers = unique
-    return counts
+        fields = client.hgetall(keys.bucket_counts(video, bucket))
+        totals.update({k.decode(): int(v) for k, v in fields.items()})
+    return VideoCounts(
+        views=totals["views"],
+        likes=totals["likes"],
+        dislikes=totals["dislikes"],
+        unique_viewers=totals["uniques"],
+        rejected={r: totals[f"rejected:{r}"] for r in bots.REASONS if totals[f"rejected:{r}"]},
+        short_views=totals["short_views"],
+        repeat_views=totals["repeat_views"],
+    )
 
 
 def produce(bootstrap: str, topic: str, records: list[tuple[int, bytes, bytes]]) -> None:

@@ -1,0 +1,81 @@
+"""The served counts: the baseline's and the speed layer's records of one video, merged."""
+
+from __future__ import annotations
+
+import redis
+import redis.asyncio as aioredis
+
+from counting import keys
+from counting.counts import VideoCounts
+from serving_layer.merge import Stats, merge
+from serving_layer.speed import SpeedCounts, read_speed
+from warehouse.baseline import BaselineRow
+
+
+def test_baseline_and_speed_are_the_one_counts_record() -> None:
+    assert isinstance(BaselineRow("v1"), VideoCounts)
+    assert isinstance(SpeedCounts(), VideoCounts)
+
+
+def test_the_baseline_and_the_speed_deltas_add_up() -> None:
+    base = BaselineRow("v1", views=10, likes=2, dislikes=1, unique_viewers=7, rejected={"scripted_agent": 3})
+    speed = SpeedCounts(
+        views=4,
+        likes=1,
+        unique_viewers=2,
+        rejected={"scripted_agent": 1, "bad_ja3": 2},
+        watching_now=3,
+        buckets=2,
+    )
+
+    assert merge("v1", base, speed) == Stats(
+        video_id="v1",
+        views=14,
+        likes=3,
+        dislikes=1,
+        unique_viewers=9,
+        watching_now=3,
+        rejected={"scripted_agent": 4, "bad_ja3": 2},
+        approx=False,
+    )
+    assert base.rejected == {"scripted_agent": 3}  # the baseline row is left as it was
+
+
+def test_a_sketched_video_answers_its_estimate_never_below_the_baseline() -> None:
+    base = BaselineRow("v1", views=10, unique_viewers=7)
+
+    assert merge("v1", base, SpeedCounts(viewers_estimate=5)).unique_viewers == 7
+    assert merge("v1", base, SpeedCounts(unique_viewers=1, viewers_estimate=12)).unique_viewers == 12
+    assert merge("v1", base, SpeedCounts(viewers_estimate=12)).approx
+
+
+def test_either_side_may_be_missing() -> None:
+    assert merge("v1", None, None) == Stats("v1", 0, 0, 0, 0, 0)
+    assert merge("v1", BaselineRow("v1", views=3), None).views == 3
+    assert merge("v1", None, SpeedCounts(views=2, watching_now=1)).views == 2
+
+
+async def test_the_speed_side_is_read_into_the_one_record(redis_client: redis.Redis, redis_url: str) -> None:
+    """Bucket hashes as the counter writes them, summed from a bucket on into `SpeedCounts`."""
+    for bucket, fields in (
+        (4, {"views": 9, "uniques": 9, "rejected:scripted_agent": 5}),
+        (5, {"views": 2, "likes": 1, "uniques": 1, "short_views": 3, "rejected:scripted_agent": 1}),
+        (6, {"views": 1, "repeat_views": 2, "rejected:bad_ja3": 4, "rejected:not_a_reason": 7}),
+    ):
+        redis_client.hset(keys.bucket_counts("v1", bucket), mapping=fields)
+        redis_client.zadd(keys.buckets_index("v1"), {str(bucket): bucket})
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        counts = await read_speed(client, "v1", 5, 0)
+    finally:
+        await client.aclose()
+
+    assert counts == SpeedCounts(
+        views=3,
+        likes=1,
+        unique_viewers=1,
+        rejected={"scripted_agent": 1, "bad_ja3": 4},
+        short_views=3,
+        repeat_views=2,
+        buckets=2,
+    )
