@@ -5,12 +5,12 @@ filter of its settings (`filter_of`, `RulesInUse`), `shipped()` is the filter of
 
 from __future__ import annotations
 
-import logging
 from functools import lru_cache
 from pathlib import Path
 
 from counting.botfilter import BotFilter
 from counting.botrules import DEFAULT_RULES_FILE, RulesError, load_rules, shipped_rules
+from counting.logs import Log
 from counting.signals import (
     ADDRESS_VELOCITY,
     AGENT_ROTATION,
@@ -56,7 +56,7 @@ __all__ = [
     "score",
     "shipped",
 ]
-log = logging.getLogger(__name__)
+log = Log(__name__)
 
 
 @lru_cache(maxsize=8)
@@ -106,14 +106,14 @@ class RulesInUse:
             if str(exc) != self._refused:
                 self._refused = str(exc)
                 log.error(
-                    "bot rules refused: %s; still counting with rules %s (fix the file, check it with "
-                    "'tally rules check')",
-                    exc,
-                    self.filter.version,
+                    "bot_rules_refused",
+                    error=exc,
+                    still_counting_with=self.filter.version,
+                    hint="fix the file, check it with 'tally rules check'",
                 )
             return self.filter
         if found is not self.filter and found.rules != self.filter.rules:
-            log.warning("bot rules changed from %s to %s", self.filter.version, found.version)
+            log.warning("bot_rules_changed", was=self.filter.version, now=found.version)
             self.filter = found
         self._refused = None
         return self.filter
