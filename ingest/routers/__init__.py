@@ -1,0 +1,10 @@
+"""The ingest API's route families, each an `APIRouter` made from the shared objects it uses."""
+
+from __future__ import annotations
+
+from ingest.routers.batch import batch_router
+from ingest.routers.health import health_router
+from ingest.routers.intake import Writer
+from ingest.routers.single import single_router
+
+__all__ = ["Writer", "batch_router", "health_router", "single_router"]
