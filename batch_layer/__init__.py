@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from counting.requires import require
+
+require("pyspark", "batch", __name__)
+
 from batch_layer.errors import (
     BatchError,
     CutoffNotClosed,

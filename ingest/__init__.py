@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from counting.requires import require
+
+require("fastapi", "ingest", __name__)
+require("aiokafka", "ingest", __name__)
+
 from ingest.app import create_app
 from ingest.publisher import Publisher
 

@@ -3,6 +3,10 @@ that stop a batch run before bad data reaches a baseline or a payout."""
 
 from __future__ import annotations
 
+from counting.requires import require
+
+require("great_expectations", "batch", __name__)
+
 import quality._gx  # noqa: F401  (first: Great Expectations imported quietly)
 from quality.errors import QualityError, UnvalidatedInputs, ValidationFailed
 from quality.inputs import require_validated_inputs

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from counting.requires import require
+
+require("fastapi", "serving", __name__)
+require("sqlalchemy", "serving", __name__)
+
 from serving_layer.app import create_app
 from serving_layer.merge import Stats, merge
 

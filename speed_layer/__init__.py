@@ -3,6 +3,10 @@ watermark)."""
 
 from __future__ import annotations
 
+from counting.requires import require
+
+require("faust", "speed", __name__)
+
 from speed_layer.archiver import ArchiveReport, ParquetLog, file_name, hour_dir
 from speed_layer.counter import CounterPlan, PartitionPlan, plan_batch
 from speed_layer.counter_worker import BatchReport, CounterWorker, PlannedBatch

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from counting.requires import require
+
+require("sqlalchemy", "warehouse", __name__)
+require("alembic", "warehouse", __name__)
+
 from warehouse.baseline import Baseline, BaselineRow, current_baseline, publish_baseline
 
 __all__ = ["Baseline", "BaselineRow", "current_baseline", "publish_baseline"]
