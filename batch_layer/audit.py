@@ -14,9 +14,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from batch_layer.payouts import day_of_date, payout_amount, payout_events_path
+from batch_layer.payouts import day_of_date, payout_amount
 from batch_layer.rules_used import run_bot_filter
 from counting import oracle, rules
+from counting.batchpaths import payout_events_path
 from counting.bots import BotFilter
 from counting.event import Event
 from counting.logschema import EVENT_COLUMNS, PARTITION_COLUMNS
@@ -216,13 +217,12 @@ def derive(
     """The counted views of `videos` with event time on `day`, from the log ingested before `cutoff`,
     judged by the oracle over all of that day's views (bot windows span videos and creators, never
     days) with the rules of `bot_filter`."""
-    low = day_of_date(day) * rules.DAY_MS
-    high = low + rules.DAY_MS
+    number = day_of_date(day)
     events, files = day_events(raw_dir, cutoff, day)
     counted = [
         e
         for e in oracle.counted_views(events, cutoff, bot_filter)
-        if low <= e.ts < high and e.video_id in videos
+        if rules.day_of(e.ts) == number and e.video_id in videos
     ]
     return Derived(
         ids=frozenset(e.event_id for e in counted),

@@ -12,7 +12,7 @@ from counting.settings import Settings
 def check_on_bucket_edge(cutoff_ms: int, bucket_ms: int) -> None:
     """Raise unless `cutoff_ms` is a bucket edge: the speed layer's deltas resume exactly there."""
     if not rules.is_on_bucket_edge(cutoff_ms, bucket_ms):
-        below = cutoff_ms - cutoff_ms % bucket_ms
+        below = rules.bucket_of(cutoff_ms, bucket_ms) * bucket_ms
         raise CutoffNotOnBucketEdge(
             f"cutoff must be on a bucket edge, a multiple of bucket_ms={bucket_ms} (got {cutoff_ms}; "
             f"the edges around it are {below} and {below + bucket_ms})"

@@ -8,8 +8,8 @@ from pathlib import Path
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from batch_layer.columns import REJECTED
 from batch_layer.load import write_sorted
-from batch_layer.transform import REJECTED
 from counting import bots
 from counting.bots import BotFilter
 from counting.settings import Settings

@@ -27,7 +27,8 @@ from batch_layer.reach import creator_viewers, write_creator_viewers
 from batch_layer.rules_used import save_run_rules
 from batch_layer.series import bucket_totals, write_series, write_tiers
 from batch_layer.session import session_for
-from batch_layer.transform import classify, daily_totals, grain_counts, video_totals
+from batch_layer.totals import daily_totals, grain_counts, video_totals
+from batch_layer.transform import classify
 from counting.bots import filter_of
 from counting.catalog import CatalogRow
 from counting.errors import TallyError

@@ -8,18 +8,9 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from counting.batchpaths import baseline_path, daily_path
 from counting.settings import Settings
 from warehouse.baseline import baseline_schema, publish_baseline, write_table
-
-BASELINE_FILE = "baseline.parquet"
-
-
-def baseline_path(settings: Settings, run_id: str) -> Path:
-    return settings.baselines_dir / run_id / BASELINE_FILE
-
-
-def daily_path(settings: Settings, run_id: str) -> Path:
-    return settings.data_dir / "batch" / run_id / "daily_video"
 
 
 def baseline_table(video_counts: DataFrame) -> pa.Table:

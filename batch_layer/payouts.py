@@ -24,12 +24,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
+from batch_layer.columns import COUNTED, floor_div, is_view
 from batch_layer.errors import BatchError, PayoutsUnavailable
 from batch_layer.extract import read_log
 from batch_layer.rules_used import save_run_rules
 from batch_layer.session import session_for
-from batch_layer.transform import COUNTED, classify, floor_div, is_view
+from batch_layer.transform import classify
 from counting import rules
+from counting.batchpaths import computed_payouts_path, payout_events_path
 from counting.bots import filter_of
 from counting.catalog import CatalogRow
 from counting.settings import Settings
@@ -45,8 +47,6 @@ from warehouse.store import (
 )
 from warehouse.tables import file_digest
 
-PAYOUT_EVENTS = "payout_events"
-COMPUTED_PAYOUTS = "payouts.json"
 _FILE = "_input_file"
 _EPOCH = date(1970, 1, 1)
 
@@ -56,12 +56,6 @@ def payout_amount(views: int, rate_per_1000: Decimal) -> Decimal:
     with localcontext() as context:
         context.prec = 60
         return (Decimal(views) * rate_per_1000 / 1000).quantize(MONEY_PLACE, rounding=ROUND_HALF_EVEN)
-
-
-def payout_events_path(settings: Settings, run_id: str) -> Path:
-    """Where a run keeps its counted monetizable view ids (`date=YYYY-MM-DD/` partitions): the
-    detail an audit uses to name the ids that differ. The ledger's digest vouches for it."""
-    return settings.batch_dir / run_id / PAYOUT_EVENTS
 
 
 def day_of_date(day: date) -> int:
@@ -172,12 +166,6 @@ def compute_payouts(
     save_run_rules(settings, run_id, bot_filter)
     classified = classify(read_log(spark, settings.raw_dir, cutoff), bot_filter)
     return payouts_of_classified(spark, settings, run_id, cutoff, classified, videos, bot_filter.version)
-
-
-def computed_payouts_path(settings: Settings, run_id: str) -> Path:
-    """Where a run keeps the payout rows it computed, until they are written to the ledger after
-    the run is validated and published."""
-    return settings.batch_dir / run_id / COMPUTED_PAYOUTS
 
 
 def save_computed_payouts(settings: Settings, run_id: str, rows: Sequence[PayoutRow]) -> Path:

@@ -9,11 +9,11 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from batch_layer.columns import COUNTED
 from batch_layer.load import write_sorted
-from batch_layer.transform import COUNTED
+from counting.batchpaths import creator_viewers_path
 from counting.catalog import CatalogRow
 from counting.settings import Settings
-from warehouse.baseline import CREATOR_VIEWERS_DIR
 
 
 def creator_viewers(spark: SparkSession, classified: DataFrame, videos: Iterable[CatalogRow]) -> DataFrame:
@@ -27,10 +27,6 @@ def creator_viewers(spark: SparkSession, classified: DataFrame, videos: Iterable
         .groupBy("creator_id")
         .agg(F.countDistinct("viewer").cast("long").alias("unique_viewers"))
     )
-
-
-def creator_viewers_path(settings: Settings, run_id: str) -> Path:
-    return settings.batch_dir / run_id / CREATOR_VIEWERS_DIR
 
 
 def write_creator_viewers(settings: Settings, run_id: str, reach: DataFrame) -> Path:

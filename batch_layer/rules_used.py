@@ -7,15 +7,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from counting.batchpaths import rules_used_path
 from counting.botrules import BotRules, RulesError
 from counting.bots import BotFilter, filter_of
 from counting.settings import Settings
-
-RULES_USED = "bot_rules.json"
-
-
-def rules_used_path(settings: Settings, run_id: str) -> Path:
-    return settings.batch_dir / run_id / RULES_USED
 
 
 def save_run_rules(settings: Settings, run_id: str, bot_filter: BotFilter) -> Path:

@@ -3,34 +3,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from batch_layer.columns import COUNTED, REJECTED, SHORT, is_view
 from batch_layer.load import write_sorted
-from batch_layer.transform import COUNTED, REJECTED, SHORT, grain_counts, is_view
-from counting import rules
+from batch_layer.totals import grain_counts
+from counting.batchpaths import TIERS, series_path, tier_path
 from counting.settings import Settings
 
-SERIES_DIR = "bucket_video"
 # The counts of every series, per (video, bucket) or (video, step start).
 COUNTS = ("views", "rejected", "short_views")
-
-
-@dataclass(frozen=True)
-class Tier:
-    """A history tier: points `step_ms` wide of ingestion time, written under `dir_name`."""
-
-    name: str
-    step_ms: int
-    dir_name: str
-
-
-MINUTE = Tier("1m", rules.MINUTE_MS, "minute_video")
-HOUR = Tier("1h", rules.HOUR_MS, "hour_video")
-TIERS = (MINUTE, HOUR)
 
 
 def _sums(frame: DataFrame, *key: str | Column) -> DataFrame:
@@ -75,14 +60,6 @@ def step_totals(grain: DataFrame, classified: DataFrame, bucket_ms: int, step_ms
             F.count_if(outcome == SHORT).cast("long").alias("short_views"),
         )
     )
-
-
-def series_path(settings: Settings, run_id: str) -> Path:
-    return settings.batch_dir / run_id / SERIES_DIR
-
-
-def tier_path(settings: Settings, run_id: str, tier: Tier) -> Path:
-    return settings.batch_dir / run_id / tier.dir_name
 
 
 def write_series(settings: Settings, run_id: str, series: DataFrame) -> Path:

@@ -11,25 +11,13 @@ from pathlib import Path
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
+from batch_layer.spark_conf import LOCAL_JAVA_OPTIONS, spark_conf
+
+# Kept here too for `bench.batch_stages`, which adds a recording option to the JVM options.
+__all__ = ["APP_NAME", "LOCAL_JAVA_OPTIONS", "build_session", "partial_aggregation_bypassed", "session_for"]
 from counting.settings import Settings
 
-SHUFFLE_PARTITIONS = 4
 APP_NAME = "tally-batch"
-# A local master runs every task in the driver's JVM: room to keep the deduplicated log in memory
-# (reserved, not committed). Why and measured: docs/decisions/0004-batch-jvm-settings.md.
-LOCAL_DRIVER_MEMORY = "12g"
-# A batch run is one short-lived JVM: C2 compiles only hotter methods (thresholds x4), with a
-# smaller inlining budget. Why and measured: docs/decisions/0004-batch-jvm-settings.md.
-LOCAL_JIT_OPTIONS = (
-    "-XX:Tier4InvocationThreshold=20000 -XX:Tier4MinInvocationThreshold=3000 "
-    "-XX:Tier4CompileThreshold=60000 -XX:Tier4BackEdgeThreshold=200000 "
-    "-XX:FreqInlineSize=150 -XX:InlineSmallCode=1500"
-)
-# A run's old generation is mostly the kept log, alive to the end, so G1 marks it only from a fixed
-# 80 % of the heap. Why and measured: docs/decisions/0004-batch-jvm-settings.md.
-LOCAL_GC_OPTIONS = "-XX:-G1UseAdaptiveIHOP -XX:InitiatingHeapOccupancyPercent=80"
-# The JVM options of a local master's driver, which runs the tasks.
-LOCAL_JAVA_OPTIONS = f"{LOCAL_JIT_OPTIONS} {LOCAL_GC_OPTIONS}"
 
 # The directory that holds the `batch_layer` and `counting` packages: Python workers of a local
 # master import the rules from there. A cluster gets them through `spark-submit --py-files`.
@@ -39,38 +27,25 @@ _PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
 def build_session(
     settings: Settings, app_name: str = APP_NAME, conf: Mapping[str, str] | None = None
 ) -> SparkSession:
-    """A SparkSession on `settings.spark_master`: UTC session time, few shuffle partitions, quiet logs;
-    `conf` adds or overrides Spark settings (e.g. the event log, for profiling)."""
+    """A SparkSession on `settings.spark_master`: UTC session time, quiet logs, the tuned Spark
+    settings of `batch_layer.spark_conf` with `settings.spark_conf` (TALLY_SPARK_CONF) over them;
+    `conf` adds or overrides Spark settings last (e.g. the event log, for profiling)."""
+    local = settings.spark_master.startswith("local")
     builder = (
         SparkSession.builder.master(settings.spark_master)
         .appName(app_name)
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", str(SHUFFLE_PARTITIONS))
         .config("spark.sql.warehouse.dir", str((settings.data_dir / "spark-warehouse").resolve()))
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        # Why each setting below, and what it bought: docs/decisions/0004-batch-jvm-settings.md.
-        # No group limit before the dedup shuffle: its sort of every split dropped almost no copies.
-        .config("spark.sql.optimizer.windowGroupLimitThreshold", "-1")
-        # Parquet's dictionary filter boxes whole dictionaries per row group and skips almost none;
-        # min/max statistics (still on) prune the cutoff's range.
-        .config("spark.hadoop.parquet.filter.dictionary.enabled", "false")
-        # The narrow log is kept serialized (see `transform.classify`): Kryo writes an UnsafeRow as
-        # its bytes, where Java serialization goes through ObjectOutputStream for every row.
-        .config("spark.serializer", "org.apache.spark.serializer.KryoSerializer")
-        # A kept row is its bytes, with no shared or cyclic references to track; unsafe input and
-        # output on (measured together).
-        .config("spark.kryo.referenceTracking", "false")
-        .config("spark.kryo.unsafe", "true")
     )
-    if settings.spark_master.startswith("local"):
+    if local:
         # Local Python workers run this interpreter (PySpark's default is `python3` on the PATH).
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = builder.config("spark.executorEnv.PYTHONPATH", _PROJECT_ROOT)
-        builder = builder.config("spark.driver.memory", LOCAL_DRIVER_MEMORY)
-        builder = builder.config("spark.driver.extraJavaOptions", LOCAL_JAVA_OPTIONS)
-    for key, value in (conf or {}).items():
+    # The tuned settings (each one's reason: `batch_layer.spark_conf`), TALLY_SPARK_CONF's over them.
+    for key, value in {**spark_conf(settings.spark_conf, local), **(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from collections.abc import Mapping
 from decimal import Decimal
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from counting.errors import InvalidSetting
 
@@ -16,6 +18,8 @@ HOUR_MS = 3_600_000
 # The shared secrets, each needed by an API: none has a usable default.
 SECRETS: tuple[str, ...] = ("admin_key", "collector_key", "user_token_secret")
 MIN_SECRET_CHARS = 16
+# What TALLY_SPARK_CONF looks like, for the error that refuses a bad one.
+SPARK_CONF_EXAMPLE = '{"spark.sql.shuffle.partitions": "8", "spark.driver.memory": "6g"}'
 
 
 class Settings(BaseSettings):
@@ -51,6 +55,11 @@ class Settings(BaseSettings):
         description="archiver processes of the local stack (one consumer group: they share the partitions)",
     )
     spark_master: str = "local[2]"
+    spark_conf: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict,
+        description="Spark settings (a JSON object of key -> value) over the batch's defaults, "
+        "batch_layer/spark_conf.py, which say why each one",
+    )
     archiver_flush_ms: int = Field(default=1_000, gt=0, description="longest an archiver batch waits")
     counter_flush_ms: int = Field(default=100, gt=0, description="longest a counter batch waits")
     faust_web_port: int = 6066
@@ -121,6 +130,11 @@ class Settings(BaseSettings):
                 raise ValueError(f"not an address or CIDR (got {proxy!r})") from None
         return value
 
+    @field_validator("spark_conf", mode="before")
+    @classmethod
+    def _spark_conf_is_strings(cls, value: object) -> dict[str, str]:
+        return parse_spark_conf(value)
+
     @property
     def raw_dir(self) -> Path:
         return self.data_dir / "raw"
@@ -163,8 +177,33 @@ def settings_env(settings: Settings) -> dict[str, str]:
         if name == "data_dir":
             value = str(settings.data_dir.resolve())
         if value is not None:
-            env[f"TALLY_{name.upper()}"] = json.dumps(value) if isinstance(value, list) else str(value)
+            env[f"TALLY_{name.upper()}"] = json.dumps(value) if isinstance(value, list | dict) else str(value)
     return env
+
+
+def parse_spark_conf(value: object) -> dict[str, str]:
+    """TALLY_SPARK_CONF (a JSON object as text, or a mapping) as Spark settings, key -> value, both
+    strings; InvalidSetting naming the variable, the bad value and an example otherwise."""
+    should = f"e.g. TALLY_SPARK_CONF='{SPARK_CONF_EXAMPLE}'"
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise InvalidSetting(
+                f"TALLY_SPARK_CONF must be a JSON object of Spark setting -> value (got {value!r}: "
+                f"{exc.msg}); {should}"
+            ) from None
+    if not isinstance(value, Mapping):
+        raise InvalidSetting(
+            f"TALLY_SPARK_CONF must be a JSON object of Spark setting -> value (got {value!r}); {should}"
+        )
+    for key, item in value.items():
+        if not isinstance(key, str) or not isinstance(item, str):
+            raise InvalidSetting(
+                f"TALLY_SPARK_CONF must map each Spark setting to a string, quoted in JSON (got {key!r}: "
+                f"{item!r}); {should}"
+            )
+    return dict(value)
 
 
 def check_secrets(settings: Settings, names: tuple[str, ...] = SECRETS) -> None:

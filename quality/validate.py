@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from batch_layer.load import baseline_path, daily_path
-from batch_layer.series import series_path
+from counting.batchpaths import baseline_path, daily_path, series_path
 from counting.settings import Settings
 from quality import frames, inputs, suites
 from quality.context import docs_index, open_context, run_suite

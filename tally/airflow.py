@@ -61,7 +61,7 @@ def airflow_env(
     folder, no examples, the UI and API on 127.0.0.1:`port`, and the settings as TALLY_* variables
     (so every task reads the same data directory, Redis and bucket width); with `db_url` and
     `executor`, the metadata database and executor too (see `metadata_env`)."""
-    from tally.pipeline import settings_env
+    from counting.settings import settings_env
 
     python_path = os.pathsep.join(p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")) if p)
     return {

@@ -9,7 +9,7 @@ import redis
 from rich.console import Console
 from rich.table import Table
 
-from counting import oracle
+from counting import oracle, rules
 from counting.event import Event
 from counting.settings import Settings
 from tally.secrets import with_local_secrets
@@ -23,7 +23,7 @@ def _edge_between(events: list[Event], bucket_ms: int) -> int:
     """A bucket edge near the middle of the traffic's ingestion times."""
     stamps = sorted(e.ingest_ts or 0 for e in events)
     middle = stamps[len(stamps) // 2]
-    return max((middle // bucket_ms) * bucket_ms, stamps[0] // bucket_ms * bucket_ms + bucket_ms)
+    return max(rules.bucket_of(middle, bucket_ms), rules.bucket_of(stamps[0], bucket_ms) + 1) * bucket_ms
 
 
 # The demo's traffic is small: a ladder it climbs (the platform's default starts at 1,000 views).

@@ -3,27 +3,22 @@ the processes recorded under the run directory (`tally.stack`), each reporting a
 
 from __future__ import annotations
 
-import shlex
-import shutil
-import time
-from dataclasses import dataclass, field
-from pathlib import Path
-from urllib.parse import urlparse
-
-import redis
-
-from counting import keys
 from counting.settings import Settings
 from tally.errors import StackError
-from tally.services import (
-    is_listening,
-    start_broker,
-    start_redis,
-    wait_for_port,
+from tally.launch import (
+    Change,
+    command_line,
+    ensure_service,
+    has_old_state,
+    reset_state,
+    service_address,
+    stale_state,
+    start_workers,
+    undo,
 )
+from tally.services import is_listening
 from tally.stack import (
     BROKER_FORGETS,
-    LISTENS,
     LOCAL_HOSTS,
     NOT_RECORDED,
     SERVICES,
@@ -36,105 +31,6 @@ from tally.stack import (
     process_names,
 )
 from tally.topics import ensure_topics
-
-# How long a started worker may take to listen: a Faust worker imports, then joins its group, in
-# seconds on an idle machine; twice the old 30 s, which a loaded 2-core machine once exceeded.
-WORKER_START_S = 60
-
-
-@dataclass
-class Change:
-    """What one command did to the stack, for the command line to report."""
-
-    stack: Stack
-    kept: list[Process] = field(default_factory=list)  # already running: left alone
-    started: list[Process] = field(default_factory=list)
-    stopped: list[Process] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-
-def command_line(settings: Settings, command: str) -> str:
-    """The `tally` command line that runs `command` on this stack's data directory."""
-    if settings.data_dir == Settings.model_fields["data_dir"].default:
-        return f"tally {command}"
-    return f"tally {command} --data-dir {shlex.quote(str(settings.data_dir))}"
-
-
-def _local_port(url_or_hostport: str, default: int) -> tuple[str, int]:
-    parsed = urlparse(url_or_hostport if "//" in url_or_hostport else f"//{url_or_hostport}")
-    return parsed.hostname or "127.0.0.1", parsed.port or default
-
-
-def _service_address(settings: Settings, name: str) -> tuple[str, str, int]:
-    """The address of the broker or Redis as configured, with its host and port."""
-    address, default = (settings.kafka_bootstrap, 9092) if name == "broker" else (settings.redis_url, 6379)
-    host, port = _local_port(address, default)
-    return address, host, port
-
-
-def _ensure_service(stack: Stack, name: str, change: Change) -> bool:
-    """Start the broker or Redis on loopback unless it runs (recorded, or anyone's at its address);
-    True if it was started (a new local broker has an empty log)."""
-    recorded = stack.find(name)
-    if recorded is not None and recorded.alive():
-        return False
-    if recorded is not None:
-        stack.forget(name)
-    address, host, port = _service_address(stack.settings, name)
-    if is_listening(port, host):
-        change.notes.append(f"{name} at {address} runs outside this stack: left alone")
-        return False
-    if host not in LOCAL_HOSTS:
-        raise StackError(
-            f"{name} is not reachable at {address} and is not local, so the stack cannot start it"
-        )
-    log_dir = stack.settings.run_dir / "logs"
-    service = start_broker(port, log_dir) if name == "broker" else start_redis(port, log_dir)
-    process = Process(name, service.process.pid, str(service.log), service.process)
-    stack.add(process)
-    change.started.append(process)
-    return True
-
-
-def _has_old_state(settings: Settings) -> bool:
-    if settings.raw_dir.exists() and any(settings.raw_dir.rglob("*.parquet")):
-        return True
-    client = redis.Redis.from_url(settings.redis_url)
-    try:
-        return any(True for _ in client.scan_iter(match=f"{keys.PREFIX}:*", count=1000))
-    except redis.RedisError as exc:
-        raise StackError(
-            f"Redis is not reachable at {settings.redis_url} ({exc}): start it with "
-            f"'{command_line(settings, 'up')}' or set TALLY_REDIS_URL"
-        ) from None
-    finally:
-        client.close()
-
-
-def _stale_state(settings: Settings, what_to_do: str) -> StackError:
-    return StackError(
-        f"{BROKER_FORGETS}, so a new one starts with an empty log, but {settings.data_dir} or Redis at "
-        f"{settings.redis_url} still hold the state of an earlier run, which would point into a log "
-        f"that is gone: {what_to_do}"
-    )
-
-
-def reset_state(settings: Settings) -> None:
-    """Forget the log, baselines and speed state: for a fresh local broker, whose log starts empty."""
-    for folder in (settings.raw_dir, settings.baselines_dir, settings.data_dir / "batch"):
-        shutil.rmtree(folder, ignore_errors=True)
-    client = redis.Redis.from_url(settings.redis_url)
-    try:
-        batch = []
-        for key in client.scan_iter(match=f"{keys.PREFIX}:*", count=1000):
-            batch.append(key)
-            if len(batch) >= 1000:
-                client.delete(*batch)
-                batch.clear()
-        if batch:
-            client.delete(*batch)
-    finally:
-        client.close()
 
 
 def bring_up(settings: Settings, reset: bool = False) -> Change:
@@ -168,21 +64,21 @@ def bring_up(settings: Settings, reset: bool = False) -> Change:
             f"{', '.join(differing)})"
         )
     try:
-        fresh_broker = _ensure_service(stack, "broker", change)
-        _ensure_service(stack, "redis", change)
+        fresh_broker = ensure_service(stack, "broker", change)
+        ensure_service(stack, "redis", change)
         if reset:
             reset_state(stack.settings)
-        elif fresh_broker and _has_old_state(stack.settings):
+        elif fresh_broker and has_old_state(stack.settings):
             command = "start broker --reset" if live else "up --reset"
-            raise _stale_state(
+            raise stale_state(
                 stack.settings, f"rerun with '{command_line(settings, command)}' to start empty"
             )
         ensure_topics(stack.settings)
-        _start_workers(
+        start_workers(
             stack, [name for name in process_names(stack.settings) if stack.find(name) is None], change
         )
     except BaseException:
-        _undo(stack, change)
+        undo(stack, change)
         raise
     return change
 
@@ -206,7 +102,7 @@ def worker_names(stack: Stack) -> list[str]:
 def _manages_redis(stack: Stack) -> bool:
     if stack.find("redis") is not None:
         return True
-    _, host, port = _service_address(stack.settings, "redis")
+    _, host, port = service_address(stack.settings, "redis")
     return host in LOCAL_HOSTS and not is_listening(port, host)
 
 
@@ -237,7 +133,7 @@ def start_one(settings: Settings, name: str, reset: bool = False) -> Change:
         if name == "broker":
             _start_broker(stack, reset, change)
         elif name == "redis":
-            if _ensure_service(stack, "redis", change):
+            if ensure_service(stack, "redis", change):
                 steps = ("stop counter", "speed rebuild", "start counter")
                 change.notes.append(
                     "Redis started empty (no persistence), so the speed state is gone: run "
@@ -248,9 +144,9 @@ def start_one(settings: Settings, name: str, reset: bool = False) -> Change:
                 stack.forget(name)
             if name != "serving":  # the others use the topics: make sure they exist
                 ensure_topics(stack.settings)
-            _start_workers(stack, [name], change)
+            start_workers(stack, [name], change)
     except BaseException:
-        _undo(stack, change)
+        undo(stack, change)
         raise
     return change
 
@@ -265,12 +161,12 @@ def _start_broker(stack: Stack, reset: bool, change: Change, retry: str = "start
     if current is not None and not current.alive():
         stack.forget("broker")
         current = None
-    address, host, port = _service_address(settings, "broker")
+    address, host, port = service_address(settings, "broker")
     if current is None and is_listening(port, host):
         change.notes.append(f"broker at {address} runs outside this stack: left alone")
         return
-    if not reset and _has_old_state(settings):
-        raise _stale_state(
+    if not reset and has_old_state(settings):
+        raise stale_state(
             settings,
             f"rerun with '{command_line(settings, retry)}' to wipe it (the running workers restart "
             "on the empty log)",
@@ -281,9 +177,9 @@ def _start_broker(stack: Stack, reset: bool, change: Change, retry: str = "start
     change.stopped.extend(stopping)
     if reset:
         reset_state(settings)
-    _ensure_service(stack, "broker", change)
+    ensure_service(stack, "broker", change)
     ensure_topics(settings)
-    _start_workers(
+    start_workers(
         stack, [name for name in process_names(settings) if any(p.name == name for p in running)], change
     )
     wiped = "; the earlier run's log, baselines and speed state were wiped" if reset else ""
@@ -309,7 +205,7 @@ def stop_one(settings: Settings, name: str) -> Change:
         if current is not None:
             stack.forget(name)
         if name in SERVICES:
-            address, host, port = _service_address(stack.settings, name)
+            address, host, port = service_address(stack.settings, name)
             if is_listening(port, host):
                 raise _not_ours(settings, name, address)
         change.notes.append(f"{name} is not running")
@@ -331,14 +227,14 @@ def restart_one(settings: Settings, name: str, reset: bool = False) -> Change:
     _check_name(stack, name, reset)
     if name == "broker":
         change = Change(stack)
-        address, host, port = _service_address(stack.settings, "broker")
+        address, host, port = service_address(stack.settings, "broker")
         recorded = stack.find("broker")
         if (recorded is None or not recorded.alive()) and is_listening(port, host):
             raise _not_ours(settings, "broker", address)
         try:
             _start_broker(stack, reset, change, "restart broker --reset")
         except BaseException:
-            _undo(stack, change)
+            undo(stack, change)
             raise
         return change
     stopped = stop_one(settings, name)
@@ -361,53 +257,6 @@ def stack_status(settings: Settings) -> list[tuple[str, Process | None, str]] | 
         (name, None, "not running") for name in process_names(stack.settings) if stack.find(name) is None
     ]
     return rows
-
-
-def _port_of(settings: Settings, name: str) -> tuple[int, str]:
-    """The port a worker listens on once it runs, and the variable that moves it."""
-    if name == "ingest":
-        return settings.ingest_port, "TALLY_INGEST_PORT"
-    if name == "serving":
-        return settings.serving_port, "TALLY_SERVING_PORT"
-    from speed_layer.worker import metrics_port  # imports Faust: only when a worker starts
-
-    return metrics_port(settings, *kind_and_instance(name)), "TALLY_FAUST_WEB_PORT"
-
-
-def _start_workers(stack: Stack, names: list[str], change: Change) -> None:
-    """Start the named workers, then wait until each listens on its port (its API, or its /metrics)."""
-    started = []
-    for name in names:
-        port, variable = _port_of(stack.settings, name)
-        if _port_taken(port):
-            raise StackError(
-                f"port {port} of {LISTENS[kind_and_instance(name)[0]]} is taken by a process this stack "
-                "did not start: "
-                f"stop that process or set {variable} to a free port"
-            )
-        process = stack.start_worker(name)
-        change.started.append(process)
-        started.append(process)
-    for process in started:
-        port, _ = _port_of(stack.settings, process.name)
-        wait_for_port(port, WORKER_START_S, LISTENS[kind_and_instance(process.name)[0]], Path(process.log))
-        if not process.alive():
-            raise StackError(f"{process.name} exited as it started: see its log at {process.log}")
-
-
-def _port_taken(port: int, grace: float = 2.0) -> bool:
-    """Whether a process listens on `port`, allowing one that has just exited `grace` seconds to let go."""
-    deadline = time.monotonic() + grace
-    while is_listening(port):
-        if time.monotonic() >= deadline:
-            return True
-        time.sleep(0.1)
-    return False
-
-
-def _undo(stack: Stack, change: Change) -> None:
-    """Stop what a failed command started, keeping the record of the rest."""
-    stack.stop_processes(list(change.started))
 
 
 def _pids(processes: list[Process]) -> str:

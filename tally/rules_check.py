@@ -157,12 +157,12 @@ def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def _count_day(events: list[Event], day: date, bot_filter: BotFilter) -> DayCounts:
     """The oracle's outcome of each view of `day` among `events`, by the rules of `bot_filter`."""
-    low = day_of_date(day) * rules.DAY_MS
+    number = day_of_date(day)
     views: dict[str, int] = {}
     rejected: dict[str, dict[str, int]] = {}
     flagged = 0
     for event, outcome, reason, _, is_flagged in oracle.judged_views(oracle.dedup(events), bot_filter):
-        if not low <= event.ts < low + rules.DAY_MS:
+        if rules.day_of(event.ts) != number:
             continue
         if outcome == oracle.COUNTED:
             views[event.video_id] = views.get(event.video_id, 0) + 1

@@ -10,6 +10,7 @@ import redis
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from counting import rules
 from counting.settings import Settings
 from counting.traffic import Generated, TrafficConfig, generate, write_traffic
 from tally.loadgen import Sent, post_traffic
@@ -63,4 +64,4 @@ def closed_cutoff(settings: Settings) -> int:
         mark = watermark(client)
     finally:
         client.close()
-    return (mark // settings.bucket_ms) * settings.bucket_ms
+    return rules.bucket_of(mark, settings.bucket_ms) * settings.bucket_ms

@@ -15,7 +15,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from batch_layer.audit import audit_payout
-from batch_layer.payouts import payout_events_path, run_payouts
+from batch_layer.payouts import run_payouts
+from counting.batchpaths import payout_events_path
 from counting.event import Event
 from counting.settings import Settings
 from counting.traffic import catalog_rows

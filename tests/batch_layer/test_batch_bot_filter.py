@@ -12,7 +12,8 @@ import pytest
 from pyspark.sql import DataFrame, Row
 from pyspark.testing import assertDataFrameEqual
 
-from batch_layer.transform import REJECTED, classify, transform
+from batch_layer.columns import REJECTED
+from batch_layer.transform import classify, transform
 from counting import bots, oracle, rules
 from counting.botrules import parse_rules
 from counting.bots import BotFilter

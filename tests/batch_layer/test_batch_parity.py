@@ -14,9 +14,8 @@ import redis
 from pyspark.sql import SparkSession
 
 from batch_layer import run_batch
-from batch_layer.load import baseline_path, daily_path
-from batch_layer.series import series_path
 from counting import bots, oracle, rules
+from counting.batchpaths import baseline_path, daily_path, series_path
 from counting.event import Event
 from counting.settings import Settings
 from tests.logfiles import oracle_rows

@@ -21,11 +21,10 @@ from batch_layer.payouts import (
     compute_payouts,
     load_computed_payouts,
     payout_amount,
-    payout_events_path,
     run_payouts,
 )
-from batch_layer.reach import creator_viewers_path
 from counting import oracle, rules
+from counting.batchpaths import creator_viewers_path, payout_events_path
 from counting.bots import SHIPPED
 from counting.catalog import CatalogRow
 from counting.event import Event, parse_event, stamped

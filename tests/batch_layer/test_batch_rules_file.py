@@ -15,8 +15,9 @@ from pyspark.sql import SparkSession
 
 from batch_layer.audit import audit_payout
 from batch_layer.payouts import run_payouts
-from batch_layer.rules_used import rules_used_path, run_bot_filter
+from batch_layer.rules_used import run_bot_filter
 from counting import bots
+from counting.batchpaths import rules_used_path
 from counting.botrules import DEFAULT_RULES_FILE, parse_rules
 from counting.bots import BotFilter
 from counting.catalog import CatalogRow

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
-from batch_layer.session import LOCAL_JAVA_OPTIONS
+from batch_layer.spark_conf import LOCAL_JAVA_OPTIONS
 
 
 def _vm_option(spark: SparkSession, name: str) -> str:

@@ -9,7 +9,8 @@ import pytest
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.testing import assertDataFrameEqual
 
-from batch_layer.transform import classify, daily_video_counts, transform
+from batch_layer.totals import daily_video_counts
+from batch_layer.transform import classify, transform
 from counting import bots, rules
 from counting.event import Event
 from warehouse.baseline import COUNT_COLUMNS, REJECTED_COLUMNS

@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from batch_layer.series import HOUR, MINUTE, TIERS, tier_path
 from counting import oracle, rules
+from counting.batchpaths import HOUR, MINUTE, TIERS, tier_path
 from counting.event import Event
 from counting.settings import Settings
 from tests.serving_layer.conftest import SCRIPTED, Events

@@ -19,9 +19,8 @@ from typer.testing import CliRunner
 
 from batch_layer.errors import BatchError
 from batch_layer.job import BatchResult
-from batch_layer.load import baseline_path, daily_path
 from batch_layer.payouts import load_computed_payouts
-from batch_layer.series import series_path
+from counting.batchpaths import baseline_path, daily_path, series_path
 from counting.settings import Settings
 from counting.traffic import TrafficConfig
 from tally import pipeline

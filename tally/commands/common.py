@@ -1,0 +1,51 @@
+"""What every `tally` command shares: the console, the settings of the options, the data directory
+option and the one-line error."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, ParamSpec, TypeVar
+
+import typer
+from rich.console import Console
+
+from counting.errors import TallyError
+from counting.settings import Settings
+
+console = Console()
+P = ParamSpec("P")
+R = TypeVar("R")
+
+DataDir = Annotated[Path | None, typer.Option(help="data directory (default: TALLY_DATA_DIR or ./data)")]
+
+
+def clear_errors(command: Callable[P, R]) -> Callable[P, R]:
+    """Print a Tally error as one line saying what to do, and exit with status 2."""
+
+    @functools.wraps(command)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return command(*args, **kwargs)
+        except TallyError as exc:
+            console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+def settings_of(data_dir: Path | None = None, **overrides: object) -> Settings:
+    """The settings of the environment and the options; the secrets left unset are the local
+    stack's, from `<data dir>/run/secrets.json` (created on first use)."""
+    from tally.secrets import with_local_secrets
+
+    updates = {k: v for k, v in overrides.items() if v is not None}
+    if data_dir is not None:
+        updates["data_dir"] = data_dir
+    return with_local_secrets(Settings(**updates))  # type: ignore[arg-type]
+
+
+def say(text: str) -> None:
+    """Print `text` as it is: no markup, no highlighting, no wrapping."""
+    console.print(text, soft_wrap=True, markup=False, highlight=False)
