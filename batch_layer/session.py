@@ -11,10 +11,9 @@ from pathlib import Path
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
-from batch_layer.spark_conf import LOCAL_JAVA_OPTIONS, spark_conf
+from batch_layer.spark_conf import spark_conf
 
 # Kept here too for `bench.batch_stages`, which adds a recording option to the JVM options.
-__all__ = ["APP_NAME", "LOCAL_JAVA_OPTIONS", "build_session", "partial_aggregation_bypassed", "session_for"]
 from counting.settings import Settings
 
 APP_NAME = "tally-batch"

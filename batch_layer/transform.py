@@ -13,7 +13,7 @@ from batch_layer.columns import COUNTED, REJECTED, REPEAT, SHORT, floor_div, is_
 from batch_layer.hashes import mark_repeated
 from batch_layer.retries import REPEATED, id_hash, without_retries
 from batch_layer.signals import AGENT, NEAR, address_signals, with_threshold_bunching
-from batch_layer.totals import daily_totals, grain_counts, video_counts, video_totals  # noqa: F401  (bench)
+from batch_layer.totals import video_counts
 from batch_layer.verdict import (
     STATIC_SIGNALS,
     is_flagged,

@@ -119,7 +119,8 @@ def run_spark(
     from batch_layer.extract import read_log
     from batch_layer.series import bucket_totals, write_series
     from batch_layer.session import build_session
-    from batch_layer.transform import classify, daily_totals, grain_counts, video_totals
+    from batch_layer.totals import daily_totals, grain_counts, video_totals
+    from batch_layer.transform import classify
 
     started = time.monotonic()
     spark = build_session(settings, app_name="tally-bench", conf=conf)

@@ -33,7 +33,7 @@ from pyspark import SparkContext
 from pyspark.sql.classic.dataframe import DataFrame
 from pyspark.sql.readwriter import DataFrameWriter
 
-from batch_layer.session import LOCAL_JAVA_OPTIONS
+from batch_layer.spark_conf import LOCAL_JAVA_OPTIONS
 from bench.batch_layer import run_spark
 from bench.jfr import RECORDING_OPTION, JfrUnavailable, dump, hot_methods, reader, task_samples
 from counting.settings import Settings

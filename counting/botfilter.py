@@ -7,41 +7,24 @@ import re
 from collections.abc import Callable
 from functools import lru_cache
 
+from counting import signals
 from counting.addresses import AddressRanges
 from counting.botrules import BotRules
 from counting.event import Event
 from counting.rules import MIN_WATCH_SECS, RULES_VERSION
-from counting.signals import (
-    ADDRESS_VELOCITY,
-    AGENT_ROTATION,
-    ALLOWED_BIT,
-    BAD_TLS,
-    BIT,
-    DATACENTER_IP,
-    IMPOSSIBLE_AGENT,
-    MASK_ORDER,
-    MISSING_AGENT,
-    REASONS,
-    REPLAY_RATE,
-    SCRIPTED_AGENT,
-    THRESHOLD_BUNCHING,
-    WATCH_ANOMALY,
-    WATCH_RATIO,
-    Signal,
-    score,
-)
+from counting.signals import ALLOWED_BIT, BIT, MASK_ORDER, REASONS, Signal, score
 
-_SCRIPTED_BIT = BIT[SCRIPTED_AGENT]
-_DATACENTER_BIT = BIT[DATACENTER_IP]
-_BAD_TLS_BIT = BIT[BAD_TLS]
-_WATCH_BIT = BIT[WATCH_ANOMALY]
-_VELOCITY_BIT = BIT[ADDRESS_VELOCITY]
-_REPLAY_BIT = BIT[REPLAY_RATE]
-_RATIO_BIT = BIT[WATCH_RATIO]
-_BUNCHING_BIT = BIT[THRESHOLD_BUNCHING]
-_MISSING_AGENT_BIT = BIT[MISSING_AGENT]
-_IMPOSSIBLE_AGENT_BIT = BIT[IMPOSSIBLE_AGENT]
-_ROTATION_BIT = BIT[AGENT_ROTATION]
+_SCRIPTED_BIT = BIT[signals.SCRIPTED_AGENT]
+_DATACENTER_BIT = BIT[signals.DATACENTER_IP]
+_BAD_TLS_BIT = BIT[signals.BAD_TLS]
+_WATCH_BIT = BIT[signals.WATCH_ANOMALY]
+_VELOCITY_BIT = BIT[signals.ADDRESS_VELOCITY]
+_REPLAY_BIT = BIT[signals.REPLAY_RATE]
+_RATIO_BIT = BIT[signals.WATCH_RATIO]
+_BUNCHING_BIT = BIT[signals.THRESHOLD_BUNCHING]
+_MISSING_AGENT_BIT = BIT[signals.MISSING_AGENT]
+_IMPOSSIBLE_AGENT_BIT = BIT[signals.IMPOSSIBLE_AGENT]
+_ROTATION_BIT = BIT[signals.AGENT_ROTATION]
 
 
 class BotFilter:

@@ -12,22 +12,15 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from counting.errors import TallyError
+from counting.errors import FileError
 from counting.rangefiles import MIN_IPV6_PREFIX, RangeFileError, read_range_file
 
 DEFAULT_RULES_FILE = Path(__file__).with_name("bot_rules.toml")
 _JA3 = re.compile(r"[0-9a-f]{32}")
 
 
-class RulesError(TallyError, ValueError):
+class RulesError(FileError):
     """A bot rules file that cannot be used: `path`, the `line` (0: the whole file) and the reason."""
-
-    def __init__(self, path: Path, line: int, reason: str) -> None:
-        where = f"{path}:{line}" if line else str(path)
-        super().__init__(f"{where}: {reason}")
-        self.path = path
-        self.line = line
-        self.reason = reason
 
 
 class _Section(BaseModel):

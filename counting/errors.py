@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 class TallyError(Exception):
     """Base class of every error Tally raises on purpose."""
@@ -17,6 +19,17 @@ class InvalidEvent(TallyError, ValueError):
 
     def as_dict(self) -> dict[str, str]:
         return {"field": self.field, "reason": self.reason}
+
+
+class FileError(TallyError, ValueError):
+    """A file that cannot be used: its `path`, the `line` (0: the whole file) and the `reason`."""
+
+    def __init__(self, path: Path, line: int, reason: str) -> None:
+        where = f"{path}:{line}" if line else str(path)
+        super().__init__(f"{where}: {reason}")
+        self.path = path
+        self.line = line
+        self.reason = reason
 
 
 class InvalidSetting(TallyError, ValueError):

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from counting.errors import TallyError
+from counting.errors import FileError
 
 # The keys under which the providers' JSON lists hold their ranges.
 PREFIX_KEYS = ("ip_prefix", "ipv6_prefix", "ipv4Prefix", "ipv6Prefix", "addressPrefixes")
@@ -17,15 +17,8 @@ PREFIX_KEYS = ("ip_prefix", "ipv6_prefix", "ipv4Prefix", "ipv6Prefix", "addressP
 MIN_IPV6_PREFIX = 16
 
 
-class RangeFileError(TallyError, ValueError):
+class RangeFileError(FileError):
     """A range file that cannot be used: its path, the line (0: the whole file) and the reason."""
-
-    def __init__(self, path: Path, line: int, reason: str) -> None:
-        where = f"{path}:{line}" if line else str(path)
-        super().__init__(f"{where}: {reason}")
-        self.path = path
-        self.line = line
-        self.reason = reason
 
 
 def read_range_file(path: Path) -> list[str]:

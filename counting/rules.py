@@ -28,6 +28,21 @@ def bucket_of(ingest_ts: int, bucket_ms: int) -> int:
     return ingest_ts // bucket_ms
 
 
+def bucket_start(bucket: int, bucket_ms: int) -> int:
+    """The first ingestion time (ms) of a bucket."""
+    return bucket * bucket_ms
+
+
+def bucket_edge_at_or_before(ts: int, bucket_ms: int) -> int:
+    """The start of the bucket that holds `ts` (the bucket edge at or before it)."""
+    return bucket_start(bucket_of(ts, bucket_ms), bucket_ms)
+
+
+def bucket_after(ts: int, bucket_ms: int) -> int:
+    """The first bucket that starts at or after `ts` (a range's exclusive end in buckets)."""
+    return -(-ts // bucket_ms)
+
+
 def is_on_bucket_edge(cutoff_ms: int, bucket_ms: int) -> bool:
     return cutoff_ms % bucket_ms == 0
 

@@ -272,7 +272,11 @@ class _Traffic(BotPlanner):
         around = sum(self.address_minute.get((ip, m), 0) for m in (minute - 1, minute, minute + 1))
         if around >= limits.max_views_per_address_minute:
             return False
-        viewer = (video, user if user is not None else f"anon:{session}", rules.day_of(ts))
+        viewer = (
+            video,
+            user if user is not None else f"{rules.ANON_VIEWER_PREFIX}{session}",
+            rules.day_of(ts),
+        )
         if self.viewer_day.get(viewer, 0) >= limits.max_replays_per_day:
             return False
         agents = self.address_agents.setdefault((ip, rules.hour_of(ts)), set())

@@ -98,7 +98,7 @@ def velocities(
     """The videos with recent views, fastest rising first: `recent` and `baseline` are each video's
     views in the two windows of `windows(now_ms, ...)`."""
     first, _, _, _ = windows(now_ms, bucket_ms, window_buckets, baseline_buckets)
-    recent_minutes = max(now_ms - first * bucket_ms + 1, 1) / rules.MINUTE_MS
+    recent_minutes = max(now_ms - rules.bucket_start(first, bucket_ms) + 1, 1) / rules.MINUTE_MS
     baseline_minutes = baseline_buckets * bucket_ms / rules.MINUTE_MS
     found = []
     for video, n in recent.items():

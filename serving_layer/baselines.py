@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from counting import rules
-from warehouse.baseline import CREATOR_VIEWERS_DIR, POINTER, Baseline, current_baseline
+from counting.batchpaths import CREATOR_VIEWERS_DIR, SERIES_DIR, TIERS
+from warehouse.baseline import POINTER, Baseline, current_baseline
 
-SERIES_DIR = "bucket_video"
 # The history tiers a run holds (`batch_layer.series.TIERS`): step (ms) -> folder of the run.
-TIER_DIRS: dict[int, str] = {rules.MINUTE_MS: "minute_video", rules.HOUR_MS: "hour_video"}
+TIER_DIRS: dict[int, str] = {tier.step_ms: tier.dir_name for tier in TIERS}
 _COUNTS = ("views", "rejected", "short_views")
 
 

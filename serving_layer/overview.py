@@ -10,7 +10,7 @@ from confluent_kafka import Consumer, KafkaException
 from fastapi import APIRouter
 from redis.asyncio import Redis
 
-from counting import keys, trends
+from counting import keys, rules, trends
 from counting.offsets import read_ends
 from counting.settings import Settings
 from serving_layer.baselines import BaselineCache
@@ -146,14 +146,14 @@ def overview_router(settings: Settings, redis: Redis, baselines: BaselineCache) 
         for counts in buckets:
             for name, value in counts.items():
                 totals[name] = totals.get(name, 0) + value
-        window_secs = (now - first * bucket_ms + 1) / 1000
+        window_secs = (now - rules.bucket_start(first, bucket_ms) + 1) / 1000
         batch = _freshness(baselines, now, settings.retention_ms)
         if batch is not None and batch.stale:
             degraded.append("baseline older than the speed retention: recent counts may be missing")
         return OverviewAnswer(
             window_buckets=window_buckets,
             bucket_ms=bucket_ms,
-            from_ms=first * bucket_ms,
+            from_ms=rules.bucket_start(first, bucket_ms),
             as_of=now,
             window_secs=window_secs,
             events=totals.get("events", 0),
@@ -162,7 +162,7 @@ def overview_router(settings: Settings, redis: Redis, baselines: BaselineCache) 
             views_per_sec=totals.get("views", 0) / window_secs,
             points=[
                 OverviewPoint(
-                    start_ms=bucket * bucket_ms,
+                    start_ms=rules.bucket_start(bucket, bucket_ms),
                     events=counts.get("events", 0),
                     views=counts.get("views", 0),
                     rejected=_rejected_total(counts),

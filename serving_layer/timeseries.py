@@ -132,6 +132,11 @@ async def _with_fallback(
         return await read(None), True
 
 
+def _of_bucket(bucket: int, bucket_ms: int, counts: BucketCounts, source: str) -> Point:
+    """The point of one bucket: from its start, `bucket_ms` wide."""
+    return _point(rules.bucket_start(bucket, bucket_ms), bucket_ms, counts, source)
+
+
 def _point(start_ms: int, width_ms: int, counts: BucketCounts, source: str) -> Point:
     return {
         "start_ms": start_ms,
@@ -170,7 +175,10 @@ async def read_series(
     first_speed = rules.bucket_of(baseline.cutoff, bucket_ms) if baseline else 0
     batch = baselines.series(video_id)
     points = [
-        {"bucket": bucket, **_point(bucket * bucket_ms, bucket_ms, batch.get(bucket, _NONE), "batch")}
+        {
+            "bucket": bucket,
+            **_point(rules.bucket_start(bucket, bucket_ms), bucket_ms, batch.get(bucket, _NONE), "batch"),
+        }
         for bucket in range(start_bucket, min(end_bucket, first_speed))
     ]
     speed_buckets = list(range(max(start_bucket, first_speed), end_bucket))
@@ -181,7 +189,12 @@ async def read_series(
             pipe.hgetall(keys.bucket_counts(video_id, bucket))
         hashes = await pipe.execute()
     for bucket, values in zip(speed_buckets, hashes, strict=True):
-        points.append({"bucket": bucket, **_point(bucket * bucket_ms, bucket_ms, _counts(values), "speed")})
+        points.append(
+            {
+                "bucket": bucket,
+                **_point(rules.bucket_start(bucket, bucket_ms), bucket_ms, _counts(values), "speed"),
+            }
+        )
     return points
 
 
@@ -204,7 +217,7 @@ def _by_step(per_bucket: Mapping[int, BucketCounts], bucket_ms: int, step_ms: in
     """Counts per bucket summed into steps (`step_ms` a multiple of `bucket_ms`), by step start."""
     steps: dict[int, BucketCounts] = {}
     for bucket, counts in per_bucket.items():
-        start = bucket * bucket_ms // step_ms * step_ms
+        start = rules.bucket_start(bucket, bucket_ms) // step_ms * step_ms
         steps[start] = _add(steps.get(start, _NONE), counts)
     return steps
 
@@ -212,7 +225,10 @@ def _by_step(per_bucket: Mapping[int, BucketCounts], bucket_ms: int, step_ms: in
 def _bucket_points(
     per_bucket: Mapping[int, BucketCounts], first: int, end: int, bucket_ms: int, source: str
 ) -> list[Point]:
-    return [_point(b * bucket_ms, bucket_ms, per_bucket.get(b, _NONE), source) for b in range(first, end)]
+    return [
+        _point(rules.bucket_start(b, bucket_ms), bucket_ms, per_bucket.get(b, _NONE), source)
+        for b in range(first, end)
+    ]
 
 
 async def read_steps(
@@ -243,12 +259,12 @@ async def read_steps(
         if tier is None and summed:  # a run made before the tiers: its buckets add up the same
             tier = _by_step(baselines.series(video_id), bucket_ms, step_ms)
     first_speed = rules.bucket_of(max(lo, cutoff), bucket_ms)
-    end_speed = -(-hi // bucket_ms)
+    end_speed = rules.bucket_after(hi, bucket_ms)
     speed = None if redis is None else await _speed_buckets(redis, video_id, first_speed, end_speed)
 
     points: list[Point] = []
     if tier is None:  # no tier and steps finer than the buckets: the run's buckets as they are
-        last = min(rules.bucket_of(cutoff, bucket_ms), -(-hi // bucket_ms))
+        last = min(rules.bucket_of(cutoff, bucket_ms), rules.bucket_after(hi, bucket_ms))
         first_bucket = rules.bucket_of(lo, bucket_ms)
         points += _bucket_points(baselines.series(video_id), first_bucket, last, bucket_ms, "batch")
     else:

@@ -35,7 +35,8 @@ MARKER_HORIZON_MS = MAX_AGE_MS + rules.DAY_MS
 _VIEW, _SHORT, _REJECT, _REACTION = script.VIEW, script.SHORT, script.REJECT, script.REACTION
 _WINDOW_MS = rules.VIEW_WINDOW_MS
 _REACTION_STATE = rules.REACTION_STATE
-_DAY_MS = rules.DAY_MS
+# The rules, bound once: the loop below runs them per event.
+_bucket_of, _day_of, _window_of = rules.bucket_of, rules.day_of, rules.view_window_of
 
 
 event_markers_key = keys.event_markers
@@ -115,7 +116,7 @@ class _PlanBuilder:
 
     def _bucket(self, video: _Video, bucket: int) -> int:
         index = len(self.plan.buckets) + 1
-        expire_at = max((bucket + 1) * self._bucket_ms, self._now_ms) + self._retention_ms
+        expire_at = max(rules.bucket_start(bucket + 1, self._bucket_ms), self._now_ms) + self._retention_ms
         video_id = video.video_id
         counts = keys.bucket_counts(video_id, bucket)
         sketch = keys.viewers_sketch(video_id, bucket)
@@ -185,9 +186,9 @@ class _PlanBuilder:
                     latest[session] = ingest_ts
                 continue
             ts = event.ts
-            bucket = ingest_ts // bucket_ms
+            bucket = _bucket_of(ingest_ts, bucket_ms)
             b = video.buckets.get(bucket) or self._bucket(video, bucket)
-            day = ts // _DAY_MS
+            day = _day_of(ts)
             m = video.days.get(day) or self._day(video, day)
             event_id = event.event_id
             ops = video.ops
@@ -214,7 +215,7 @@ class _PlanBuilder:
                     ops.extend((_REJECT, offset, m, event_id, b, f"{stamp}|{reason}", reason))
                     rejected[reason] = rejected.get(reason, 0) + 1
                     continue
-                window = ts // _WINDOW_MS
+                window = _window_of(ts)
                 w = video.windows.get(window) or self._window(video, window)
                 ops.extend((_VIEW, offset, m, event_id, b, stamp, w, viewer, viewer_digest(viewer)))
             else:
@@ -226,11 +227,11 @@ class _PlanBuilder:
         self.plan.records += 1
         self.plan.events += len(events)
         if events:
-            last = stamped // bucket_ms
-            if (events[0].ingest_ts or 0) // bucket_ms == last:  # one request's record: one stamp
+            last = _bucket_of(stamped, bucket_ms)
+            if _bucket_of(events[0].ingest_ts or 0, bucket_ms) == last:  # one request's record: one stamp
                 self.plan.arrivals.append([offset, last, len(events)])
             else:
-                spread = Counter((e.ingest_ts or 0) // bucket_ms for e in events)
+                spread = Counter(_bucket_of(e.ingest_ts or 0, bucket_ms) for e in events)
                 self.plan.arrivals.extend([offset, bucket, n] for bucket, n in sorted(spread.items()))
 
     @property

@@ -17,9 +17,8 @@ from counting.event import Event
 KEEP_MINUTES = 5
 KEEP_HOURS = 1
 KEEP_DAYS = 2
-_MINUTE_MS = rules.MINUTE_MS
-_HOUR_MS = rules.HOUR_MS
-_DAY_MS = rules.DAY_MS
+# The rules, bound once: the windows below run them per view.
+_minute_of, _hour_of, _day_of = rules.minute_of, rules.hour_of, rules.day_of
 _SPAN_MS = rules.VELOCITY_WINDOW_MS - 1
 _NEAR = "\x1fnear"
 
@@ -90,7 +89,7 @@ class ViewWindows:
         if ip is not None:
             # Views from the address in the 60 s up to `ts`: the minute's times up to it, and those
             # of the minute before from `ts` - 59,999 ms on.
-            minute = ts // _MINUTE_MS
+            minute = _minute_of(ts)
             by_minute = self._address.counts
             times_of = by_minute.get(minute) or self._address.open(minute)
             if times_of is None:
@@ -117,7 +116,7 @@ class ViewWindows:
                     else:
                         address_views += len(earlier) - bisect_left(earlier, start)  # type: ignore[arg-type]
             # Distinct agents from the address this hour: one agent, or the set of them once two.
-            hour = ts // _HOUR_MS
+            hour = _hour_of(ts)
             agents_of = self._agents.counts.get(hour) or self._agents.open(hour)
             if agents_of is None:
                 address_agents = 1 if agent else 0
@@ -142,7 +141,7 @@ class ViewWindows:
                             address_agents = 1
                     address_agents += len(seen)
         step = 1 if count else 0
-        day = ts // _DAY_MS
+        day = _day_of(ts)
         by_viewer = self._viewer.counts.get(day) or self._viewer.open(day)
         if by_viewer is None:
             return address_views, 1, address_agents
@@ -156,7 +155,7 @@ class ViewWindows:
         whether it stopped near the threshold; return (views near the threshold, views long enough)
         of its video in its day, this one included: the inputs of `BotFilter.is_bunched`."""
         step = 1 if count else 0
-        day = ts // _DAY_MS
+        day = _day_of(ts)
         counter = self._video_day.counts.get(day) or self._video_day.open(day)
         if counter is None:
             return (1 if near else 0), 1

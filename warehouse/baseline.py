@@ -15,6 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from counting.batchpaths import BASELINE_FILE
 from counting.counts import COUNT_FIELDS, VideoCounts
 from counting.signals import REASONS
 from warehouse.errors import BaselineError
@@ -22,7 +23,6 @@ from warehouse.errors import BaselineError
 POINTER = "CURRENT"
 # A run's folder under the batch directory that holds each creator's exact unique viewers as of its
 # cutoff (creator_id, unique_viewers): written by the batch, read by the serving layer.
-CREATOR_VIEWERS_DIR = "creator_viewers"
 COUNT_COLUMNS: tuple[str, ...] = COUNT_FIELDS
 
 
@@ -89,7 +89,7 @@ def publish_baseline(
     baselines_dir: Path, run_id: str, cutoff: int, rules_version: str, published_at: int
 ) -> None:
     """Switch readers to the baseline already written at `baselines/<run_id>/baseline.parquet`."""
-    data = baselines_dir / run_id / "baseline.parquet"
+    data = baselines_dir / run_id / BASELINE_FILE
     if not data.exists():
         raise BaselineError(f"no baseline data at {data}: write it before publishing run {run_id!r}")
     pointer = {

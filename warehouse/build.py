@@ -18,6 +18,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import sqlalchemy as sa
 
+from counting import batchpaths
+from counting.counts import COUNT_FIELDS
 from counting.logschema import LOG_COLUMNS, PARTITION_COLUMNS
 from counting.settings import Settings
 from counting.signals import REASONS
@@ -149,7 +151,7 @@ def model_variables(settings: Settings) -> tuple[dict[str, str], str | None]:
         ("run_id", "varchar"),
         ("rules_version", "varchar"),
     ]
-    daily_dir = settings.batch_dir.resolve() / str(run_id) / "daily_video"
+    daily_dir = settings.batch_dir.resolve() / str(run_id) / batchpaths.DAILY_DIR
     if run_id is not None and _has_files(daily_dir, "*.parquet"):
         variables["daily_video"] = _with_columns(daily_dir, daily_columns)
     else:
@@ -172,11 +174,14 @@ def model_variables(settings: Settings) -> tuple[dict[str, str], str | None]:
 
 
 def reason_variables(reasons: Sequence[str] = REASONS) -> dict[str, str]:
-    """The rejection reasons' columns as the models write them, from `counting.signals.REASONS` (a
-    new signal adds its column to every model): typed (`rejected_columns`), summed per day
+    """The count columns the models type alike (`count_columns`, from `counting.counts`), and the
+    rejection reasons' columns, from `counting.signals.REASONS` (a new signal adds its column to
+    every model): typed (`rejected_columns`), summed per day
     (`rejected_views_sum`), named by reason for an unpivot (`rejected_by_reason`, `reasons`)."""
     columns = [rejected_column(r) for r in reasons]
     return {
+        # The counts every model types alike (`flagged`, of the daily rows only, is typed there).
+        "count_columns": ",\n        ".join(f"{c}::bigint as {c}" for c in COUNT_FIELDS if c != "flagged"),
         "rejected_columns": ",\n        ".join(f"{c}::bigint as {c}" for c in columns),
         "rejected_views_sum": "\n        + ".join(f"daily.{c}" for c in columns),
         "rejected_by_reason": ",\n            ".join(f"{rejected_column(r)} as {r}" for r in reasons),

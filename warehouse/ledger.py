@@ -21,12 +21,9 @@ MONEY_PLACE = Decimal(1).scaleb(-AMOUNT_PLACES)
 
 
 @dataclass(frozen=True)
-class PayoutRow:
-    """One creator's payout for one UTC day of event time, as one run computed it.
-
-    `input_files` maps each raw Parquet file that held a view of that day (path relative to the
-    raw directory) to its sha256; `counted_ids_digest` is `tables.ids_digest` of the counted ids.
-    """
+class PayoutFigures:
+    """What a payout is: a creator, a UTC day of event time, the run and rules that counted it, its
+    monetizable views and what they earn."""
 
     creator_id: str
     day: date
@@ -36,6 +33,16 @@ class PayoutRow:
     rate_per_1000: Decimal
     currency: str
     amount: Decimal
+
+
+@dataclass(frozen=True)
+class PayoutRow(PayoutFigures):
+    """One creator's payout for one UTC day of event time, as one run computed it.
+
+    `input_files` maps each raw Parquet file that held a view of that day (path relative to the
+    raw directory) to its sha256; `counted_ids_digest` is `tables.ids_digest` of the counted ids.
+    """
+
     input_files: dict[str, str]
     counted_ids_digest: str
 
@@ -53,19 +60,11 @@ class LedgerRow(PayoutRow):
 
 
 @dataclass(frozen=True)
-class PayoutSummary:
+class PayoutSummary(PayoutFigures):
     """A ledger row for readers: its figures and audit fields, its input files summarised (how
     many, and `tables.files_digest` of the list), and whether it is the current row of its
     (creator, day): the one of the latest published run (see `ledger_rows`)."""
 
-    creator_id: str
-    day: date
-    run_id: str
-    rules_version: str
-    monetizable_views: int
-    rate_per_1000: Decimal
-    currency: str
-    amount: Decimal
     input_files_count: int
     input_files_digest: str
     counted_ids_digest: str

@@ -4,9 +4,9 @@ option and the one-line error."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, ParamSpec, TypeVar
+from typing import Annotated, ParamSpec, Protocol, TypeVar
 
 import typer
 from rich.console import Console
@@ -19,6 +19,10 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 DataDir = Annotated[Path | None, typer.Option(help="data directory (default: TALLY_DATA_DIR or ./data)")]
+
+
+class Named(Protocol):
+    name: str
 
 
 def clear_errors(command: Callable[P, R]) -> Callable[P, R]:
@@ -49,3 +53,13 @@ def settings_of(data_dir: Path | None = None, **overrides: object) -> Settings:
 def say(text: str) -> None:
     """Print `text` as it is: no markup, no highlighting, no wrapping."""
     console.print(text, soft_wrap=True, markup=False, highlight=False)
+
+
+def say_stopped(stopped: Sequence[Named], exited: Sequence[Named], nothing: str) -> None:
+    """What a `down` command did: the processes it stopped, those already gone, or `nothing`."""
+    if not stopped and not exited:
+        say(nothing)
+    if stopped:
+        say(f"stopped {', '.join(p.name for p in stopped)}")
+    if exited:
+        say(f"already exited: {', '.join(p.name for p in exited)}")

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from tally.commands.common import DataDir, clear_errors, say, settings_of
+from tally.commands.common import DataDir, clear_errors, say, say_stopped, settings_of
 
 spark_app = typer.Typer(help="A Spark standalone cluster on loopback for the batch.", no_args_is_help=True)
 
@@ -47,9 +47,4 @@ def spark_down(data_dir: DataDir = None) -> None:
 
     settings = settings_of(data_dir)
     stopped, exited = stop_cluster(settings)
-    if not stopped and not exited:
-        say(f"nothing to stop: no Spark cluster is recorded under {settings.data_dir}")
-    if stopped:
-        say(f"stopped {', '.join(p.name for p in stopped)}")
-    if exited:
-        say(f"already exited: {', '.join(p.name for p in exited)}")
+    say_stopped(stopped, exited, f"nothing to stop: no Spark cluster is recorded under {settings.data_dir}")

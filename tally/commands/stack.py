@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tally.commands.common import DataDir, clear_errors, say, settings_of
+from tally.commands.common import DataDir, clear_errors, say, say_stopped, settings_of
 
 if TYPE_CHECKING:
     from tally.launch import Change
@@ -95,12 +95,7 @@ def down(data_dir: DataDir = None) -> None:
 
     settings = settings_of(data_dir)
     stopped, exited = bring_down(settings)
-    if not stopped and not exited:
-        say(f"nothing to stop: no stack is recorded under {settings.data_dir}")
-    if stopped:
-        say(f"stopped {', '.join(p.name for p in stopped)}")
-    if exited:
-        say(f"already exited: {', '.join(p.name for p in exited)}")
+    say_stopped(stopped, exited, f"nothing to stop: no stack is recorded under {settings.data_dir}")
 
 
 @clear_errors

@@ -17,8 +17,8 @@ from pyspark.sql import SparkSession
 from batch_layer.errors import BatchError, CutoffNotOnBucketEdge
 from counting import keys
 from counting.event import Event
-from counting.settings import Settings
-from tally import pipeline
+from counting.settings import Settings, settings_env
+from tally import pipeline, submit
 from tests.logfiles import oracle_rows
 from tests.speed_layer.helpers import BROWSER
 from tests.writers import Writers, archived_until, closed_bucket, writers
@@ -148,7 +148,7 @@ def test_expiry_deletes_only_buckets_older_than_the_retention(
 def test_the_settings_travel_as_environment_variables(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    env = pipeline.settings_env(settings)
+    env = settings_env(settings)
     assert Path(env["TALLY_DATA_DIR"]).is_absolute()
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -157,8 +157,8 @@ def test_the_settings_travel_as_environment_variables(
 
 def test_spark_submit_ships_the_packages_and_runs_this_module(settings: Settings, tmp_path: Path) -> None:
     cluster = settings.model_copy(update={"spark_master": "spark://spark-master:7077"})
-    bundle = pipeline._py_files(tmp_path)
-    command = pipeline.spark_submit_command(cluster, DAY_MS, f"interval-{DAY_MS}", bundle)
+    bundle = submit.bundle_packages(tmp_path)
+    command = submit.spark_submit_command(cluster, DAY_MS, f"interval-{DAY_MS}", bundle)
 
     assert command[0].endswith("spark-submit")
     assert command[command.index("--master") + 1] == "spark://spark-master:7077"

@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from counting import batchpaths
-
 _ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -28,12 +26,3 @@ def test_the_module_imports_with_pyspark_blocked(module: str) -> None:
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "['pyspark']"  # only the blocked entry: no batch_layer module either
-
-
-def test_the_readers_name_the_folders_the_batch_writes() -> None:
-    from serving_layer.baselines import SERIES_DIR, TIER_DIRS
-    from warehouse.baseline import CREATOR_VIEWERS_DIR
-
-    assert SERIES_DIR == batchpaths.SERIES_DIR
-    assert {tier.step_ms: tier.dir_name for tier in batchpaths.TIERS} == TIER_DIRS
-    assert CREATOR_VIEWERS_DIR == batchpaths.CREATOR_VIEWERS_DIR

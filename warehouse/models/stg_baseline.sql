@@ -9,12 +9,7 @@ source as (
 final as (
     select
         video_id::varchar as video_id,
-        views::bigint as views,
-        likes::bigint as likes,
-        dislikes::bigint as dislikes,
-        unique_viewers::bigint as unique_viewers,
-        short_views::bigint as short_views,
-        repeat_views::bigint as repeat_views,
+        {{ count_columns }},
         {{ rejected_columns }},
         {{ baseline_run_id }}::varchar as run_id,
         {{ baseline_cutoff }}::bigint as cutoff,

@@ -10,12 +10,7 @@ final as (
     select
         date::date as date,
         video_id::varchar as video_id,
-        views::bigint as views,
-        likes::bigint as likes,
-        dislikes::bigint as dislikes,
-        unique_viewers::bigint as unique_viewers,
-        short_views::bigint as short_views,
-        repeat_views::bigint as repeat_views,
+        {{ count_columns }},
         flagged::bigint as flagged,
         {{ rejected_columns }},
         run_id::varchar as run_id,
