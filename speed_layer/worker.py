@@ -59,6 +59,8 @@ def run_worker(
     metrics.serve(metrics_port(settings, name, instance), name, host=settings.faust_web_host)
     # Faust keeps the set-up made above (one format for every process) instead of its own.
     worker = faust.Worker(app, loglevel=loglevel, quiet=True, override_logging=False)
+    worker.spinner = None  # its terminal escapes would land in the log lines (Faust drops it itself
+    # only when it sets up the logging, which it does not here)
     logs.info(
         "worker_starting", worker=name, instance=instance, app=app.conf.id, broker=settings.kafka_bootstrap
     )

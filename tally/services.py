@@ -149,22 +149,23 @@ def start_broker(port: int, log_dir: Path) -> Service:
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"broker-{port}.log"
     url = f"tcp://127.0.0.1:{port}"
-    handle = open(log, "ab")  # noqa: SIM115 - the child keeps it
-    process = subprocess.Popen(
-        [
-            broker_binary(),
-            "broker",
-            "--listener-url",
-            url,
-            "--advertised-listener-url",
-            url,
-            "--storage-engine",
-            "memory://tansu/",
-        ],
-        stdout=handle,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    # The child keeps its own copy of the log file; this process closes its own at once.
+    with open(log, "ab") as handle:
+        process = subprocess.Popen(
+            [
+                broker_binary(),
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     _wait_or_stop(process, port, 20, "the Tansu broker", log)
     return Service("broker", process, port, log)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from counting.settings import Settings
 from tally.errors import StackError
 from tally.services import free_port, is_listening
-from tally.stack import Process, stop_together
+from tally.stack import Process, adopt, stop_together
 
 STATE_FILE = "spark-cluster.json"
 LOOPBACK = "127.0.0.1"
@@ -178,12 +178,14 @@ def _start(
     main_class, *options = arguments
     command = [str(home / "bin" / "spark-class"), main_class, "--host", LOOPBACK, "--webui-port"]
     with open(log, "ab") as handle:
-        popen = subprocess.Popen(
-            [*command, str(web_port), *options],
-            env=env,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+        popen = adopt(
+            subprocess.Popen(
+                [*command, str(web_port), *options],
+                env=env,
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         )
     process = Process(name, popen.pid, str(log), popen)
     cluster.processes.append(process)

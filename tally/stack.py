@@ -94,6 +94,19 @@ class Process:
         stop_together([self], timeout)
 
 
+# The children this process started to outlive it (the stack's processes, a cluster's nodes) stay
+# referenced here: Python warns (ResourceWarning) when the Popen of a child that still runs is
+# collected, and `tally up` returns while they run on purpose. Those that exited are let go.
+_CHILDREN: list[subprocess.Popen[bytes]] = []
+
+
+def adopt(popen: subprocess.Popen[bytes]) -> subprocess.Popen[bytes]:
+    """Keep `popen` for the life of this process (see _CHILDREN); returns it."""
+    _CHILDREN[:] = [child for child in _CHILDREN if child.poll() is None]
+    _CHILDREN.append(popen)
+    return popen
+
+
 def stop_together(processes: list[Process], timeout: float = 15.0) -> None:
     """SIGTERM to each, then SIGKILL to those still running after `timeout` seconds; return once
     all are gone."""
@@ -136,14 +149,16 @@ class Stack:
         log = log_dir / f"{name}.log"
         kind, instance = kind_and_instance(name)
         extra = ["--instance", str(instance)] if instance > 1 else []
-        handle = open(log, "ab")  # noqa: SIM115 - the child keeps it
-        popen = subprocess.Popen(
-            [sys.executable, *WORKERS[kind], *extra],
-            env=settings_env(self.settings),
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        with open(log, "ab") as handle:  # the child keeps its own copy
+            popen = adopt(
+                subprocess.Popen(
+                    [sys.executable, *WORKERS[kind], *extra],
+                    env=settings_env(self.settings),
+                    stdout=handle,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
         process = Process(name, popen.pid, str(log), popen)
         self.add(process)
         return process

@@ -23,14 +23,14 @@ def start_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
 
     def start(name: str, settings: Settings, *args: str) -> WorkerProcess:
         log = tmp_path / f"{name}-{len(started)}.log"
-        handle = open(log, "wb")  # noqa: SIM115 - the child keeps it
-        process = subprocess.Popen(
-            [sys.executable, "-m", "speed_layer", name, *args],
-            cwd=ROOT,
-            env=worker_env(settings),
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-        )
+        with open(log, "wb") as handle:  # the child keeps its own copy
+            process = subprocess.Popen(
+                [sys.executable, "-m", "speed_layer", name, *args],
+                cwd=ROOT,
+                env=worker_env(settings),
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+            )
         worker = WorkerProcess(process, log)
         started.append(worker)
         return worker

@@ -114,7 +114,7 @@ def test_killed_announcers_neither_send_a_milestone_twice_nor_miss_one(
     killed = 0
     for _ in range(6):  # killed at random moments: starting, reading the topic, sending, marking
         process = subprocess.Popen(
-            command, env=env, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            command, env=env, cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
         try:
             process.wait(timeout=rng.uniform(0.05, 1.2))
