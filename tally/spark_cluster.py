@@ -15,7 +15,7 @@ from pathlib import Path
 from counting.settings import Settings
 from tally.errors import StackError
 from tally.services import free_port, is_listening
-from tally.stack import Process, adopt, stop_together
+from tally.stack import Process, adopt, process_fields, read_record, stop_together, write_record
 
 STATE_FILE = "spark-cluster.json"
 LOOPBACK = "127.0.0.1"
@@ -52,10 +52,7 @@ class SparkCluster:
             "workers": self.workers,
             "cores": self.cores,
             "memory": self.memory,
-            "processes": [
-                {"name": p.name, "pid": p.pid, "log": p.log, "started_at": p.started_at}
-                for p in self.processes
-            ],
+            "processes": process_fields(self.processes),
         }
 
 
@@ -83,19 +80,10 @@ def memory_megabytes(memory: str) -> int:
 
 def load_cluster(settings: Settings) -> SparkCluster | None:
     """The cluster recorded under the data directory, or None."""
-    path = settings.run_dir / STATE_FILE
-    try:
-        state = json.loads(path.read_text())
-    except FileNotFoundError:
+    found = read_record(settings.run_dir / STATE_FILE, "Spark cluster", "spark")
+    if found is None:
         return None
-    except ValueError as exc:
-        raise StackError(
-            f"the Spark cluster record {path} is not valid JSON ({exc}): check that none of its "
-            "processes runs ('ps aux | grep spark'), then delete it"
-        ) from None
-    processes = [
-        Process(p["name"], p["pid"], p["log"], started_at=p.get("started_at")) for p in state["processes"]
-    ]
+    state, processes = found
     return SparkCluster(
         state["master_url"], state["web_ui"], state["workers"], state["cores"], state["memory"], processes
     )
@@ -194,11 +182,7 @@ def _start(
 
 
 def _save(settings: Settings, cluster: SparkCluster) -> None:
-    """Write the record aside and move it in place, so that it never misses a started process."""
-    path = settings.run_dir / STATE_FILE
-    aside = path.with_name(f".{STATE_FILE}.{os.getpid()}")
-    aside.write_text(json.dumps(cluster.record(), indent=2))
-    os.replace(aside, path)
+    write_record(settings.run_dir / STATE_FILE, cluster.record())
 
 
 def _wait_for_workers(cluster: SparkCluster, master: Process, timeout: float) -> None:

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from counting.settings import Settings
 from counting.settings import settings_env as tally_variables
@@ -105,6 +107,37 @@ def adopt(popen: subprocess.Popen[bytes]) -> subprocess.Popen[bytes]:
     _CHILDREN[:] = [child for child in _CHILDREN if child.poll() is None]
     _CHILDREN.append(popen)
     return popen
+
+
+def process_fields(processes: list[Process]) -> list[dict[str, object]]:
+    """Processes as a record stores them (`read_record` gives them back)."""
+    return [{"name": p.name, "pid": p.pid, "log": p.log, "started_at": p.started_at} for p in processes]
+
+
+def write_record(path: Path, record: dict[str, object]) -> None:
+    """Write a record of started processes aside and move it in place, so that it never misses one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    aside = path.with_name(f".{path.name}.{os.getpid()}")
+    aside.write_text(json.dumps(record, indent=2))
+    os.replace(aside, path)
+
+
+def read_record(path: Path, what: str, look_for: str) -> tuple[dict[str, Any], list[Process]] | None:
+    """A record `write_record` wrote and its processes, or None when there is none; a record that
+    is not JSON says to check that none of `what`'s processes runs (`ps aux | grep <look_for>`)."""
+    try:
+        state = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise StackError(
+            f"the {what} record {path} is not valid JSON ({exc}): check that none of its processes "
+            f"runs ('ps aux | grep {look_for}'), then delete it"
+        ) from None
+    processes = [
+        Process(p["name"], p["pid"], p["log"], started_at=p.get("started_at")) for p in state["processes"]
+    ]
+    return state, processes
 
 
 def stop_together(processes: list[Process], timeout: float = 15.0) -> None:

@@ -199,19 +199,19 @@ def _input_files(connection: Connection, ids: list[int]) -> dict[int, dict[str, 
     return {int(i): dict(files or {}) for i, files in connection.execute(query)}
 
 
+def _figures(row: sa.Row[Any]) -> dict[str, Any]:
+    """The `PayoutFigures` fields of a ledger row."""
+    figures = {f.name: getattr(row, f.name) for f in fields(PayoutFigures)}
+    figures["monetizable_views"] = int(row.monetizable_views)
+    return figures
+
+
 def _summary(row: sa.Row[Any], current: bool, files: Mapping[str, str] | None) -> PayoutSummary:
     count, digest = row.input_files_count, row.input_files_digest
     if files is not None:  # a row written before the summary columns existed
         count, digest = len(files), files_digest(files)
     return PayoutSummary(
-        creator_id=row.creator_id,
-        day=row.day,
-        run_id=row.run_id,
-        rules_version=row.rules_version,
-        monetizable_views=int(row.monetizable_views),
-        rate_per_1000=row.rate_per_1000,
-        currency=row.currency,
-        amount=row.amount,
+        **_figures(row),
         input_files_count=int(count or 0),
         input_files_digest=str(digest),
         counted_ids_digest=row.counted_ids_digest,
@@ -225,14 +225,7 @@ def _summary(row: sa.Row[Any], current: bool, files: Mapping[str, str] | None) -
 def _ledger_row(row: sa.Row[Any]) -> LedgerRow:
     return LedgerRow(
         id=int(row.id),
-        creator_id=row.creator_id,
-        day=row.day,
-        run_id=row.run_id,
-        rules_version=row.rules_version,
-        monetizable_views=int(row.monetizable_views),
-        rate_per_1000=row.rate_per_1000,
-        currency=row.currency,
-        amount=row.amount,
+        **_figures(row),
         input_files=dict(row.input_files),
         counted_ids_digest=row.counted_ids_digest,
         created_at=as_utc(row.created_at),
