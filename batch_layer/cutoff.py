@@ -5,14 +5,14 @@ from __future__ import annotations
 import redis
 
 from batch_layer.errors import CutoffNotClosed, CutoffNotOnBucketEdge, WatermarkUnavailable
-from counting import keys, rules
+from counting import keys, redisconn, rules
 from counting.settings import Settings
 
 
 def check_on_bucket_edge(cutoff_ms: int, bucket_ms: int) -> None:
     """Raise unless `cutoff_ms` is a bucket edge: the speed layer's deltas resume exactly there."""
     if not rules.is_on_bucket_edge(cutoff_ms, bucket_ms):
-        below = rules.bucket_of(cutoff_ms, bucket_ms) * bucket_ms
+        below = rules.bucket_edge_at_or_before(cutoff_ms, bucket_ms)
         raise CutoffNotOnBucketEdge(
             f"cutoff must be on a bucket edge, a multiple of bucket_ms={bucket_ms} (got {cutoff_ms}; "
             f"the edges around it are {below} and {below + bucket_ms})"
@@ -59,7 +59,7 @@ def require_closed_cutoff(settings: Settings, cutoff_ms: int) -> int:
     events for good (the serving layer adds only the speed buckets at or after the cutoff).
     """
     check_on_bucket_edge(cutoff_ms, settings.bucket_ms)
-    client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=5.0)
+    client = redisconn.sync_client(settings, socket_connect_timeout=5.0)
     try:
         watermark = read_watermark(client, settings.redis_url)
     finally:

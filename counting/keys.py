@@ -81,9 +81,24 @@ def archiver_position(topic: str, partition: int) -> str:
     return f"{PREFIX}:archiver:position:{topic}:{partition}"
 
 
+TRENDING_TAG = "{trending}"
+
+
 def trending(bucket: int) -> str:
-    """Sorted set video_id -> counted views in one bucket (spans videos: no hash tag)."""
-    return f"{PREFIX}:trending:{bucket}"
+    """Sorted set video_id -> counted views in one bucket. It spans videos; every bucket's set
+    shares the tag `{trending}`, so a union over buckets stays in one Redis Cluster slot."""
+    return f"{PREFIX}:{TRENDING_TAG}:{bucket}"
+
+
+def trending_scratch(name: str) -> str:
+    """A short-lived union of trending buckets, in their slot."""
+    return f"{PREFIX}:{TRENDING_TAG}:tmp:{name}"
+
+
+def reach_scratch(name: str, part: str) -> str:
+    """Short-lived copies of viewer sketches of several videos, under one tag of their own (`name`)
+    so that one PFCOUNT reaches them all on a Redis Cluster."""
+    return f"{PREFIX}:{{reach:{name}}}:{part}"
 
 
 def platform(bucket: int) -> str:

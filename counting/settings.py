@@ -31,6 +31,10 @@ class Settings(BaseSettings):
     bucket_ms: int = Field(default=HOUR_MS, gt=0, description="speed-layer bucket width")
     retention_ms: int = Field(default=3 * 24 * HOUR_MS, gt=0, description="speed bucket lifetime")
     redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_cluster: bool = Field(
+        default=False,
+        description="TALLY_REDIS_URL names a node of a Redis Cluster (the clients learn the others)",
+    )
     kafka_bootstrap: str = "127.0.0.1:9092"
     events_topic: str = "events"
     dead_letter_topic: str = "events-dead-letter"

@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from redis.asyncio import Redis
 
+from counting import redisconn
 from counting.errors import InvalidEvent
 from counting.settings import Settings
 from counting.version import VERSION
@@ -65,7 +66,7 @@ def _handle_errors(app: FastAPI) -> None:
 def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAPI:
     """The ingest API wired to a publisher (a real broker unless a test passes another)."""
     pub = publisher or Publisher(settings)
-    redis = Redis.from_url(settings.redis_url, socket_timeout=1.0, socket_connect_timeout=1.0)
+    redis = redisconn.async_client(settings, socket_timeout=1.0, socket_connect_timeout=1.0)
     write = Writer(pub, ReactionState(redis), settings.redis_url)
     limiter = RateLimiter(redis)
     proxies = trusted_networks(settings.trusted_proxies)

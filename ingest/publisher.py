@@ -13,13 +13,14 @@ import contextlib
 import time
 import zlib
 from collections.abc import Callable
+from typing import cast
 
 import redis.asyncio as aioredis
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from redis.exceptions import RedisError
 
-from counting import keys, rules
+from counting import keys, redisconn, rules
 from counting.event import Event, stamped
 from counting.logs import Log
 from counting.settings import Settings
@@ -47,8 +48,7 @@ def shard_of(event: Event, shards: int) -> int:
     anonymous session), so a viewer's events and an event's retries share a partition."""
     if shards <= 1:
         return 0
-    who = event.user_id if event.user_id is not None else f"{rules.ANON_VIEWER_PREFIX}{event.session_id}"
-    return zlib.crc32(who.encode()) % shards
+    return zlib.crc32(rules.viewer_of(event).encode()) % shards
 
 
 class ShardCounts:
@@ -102,7 +102,7 @@ class ShardCounts:
         now = self._clock()
         if self._client is not None and now >= self._quiet_until:
             try:
-                values = await self._client.mget([keys.shards(v) for v in videos])
+                values = await self._get_each([keys.shards(v) for v in videos])
             except (RedisError, OSError) as exc:
                 self._quiet_until = now + REDIS_BACKOFF_S
                 log.warning("shards_unavailable", error=repr(exc), retry_in_s=REDIS_BACKOFF_S)
@@ -112,6 +112,15 @@ class ShardCounts:
                 for video, value in zip(videos, values, strict=True):
                     self._cache[video] = (max(1, int(value)) if value is not None else 1, now)
         return {video: self._cache.get(video, (1, 0.0))[0] for video in videos}
+
+    async def _get_each(self, names: list[str]) -> list[bytes | None]:
+        """GET of each key in one round trip (not MGET: on a Redis Cluster the videos' keys lie in
+        different slots, and a pipeline sends each GET to the node of its slot)."""
+        assert self._client is not None
+        async with self._client.pipeline(transaction=False) as pipe:
+            for name in names:
+                pipe.get(name)
+            return cast(list[bytes | None], await pipe.execute())
 
     async def close(self) -> None:
         if self._refresher is not None:
@@ -139,10 +148,8 @@ class Publisher:
         self._partitions = 0
         self._next_attempt = 0.0
         self._shards = shards or ShardCounts(
-            aioredis.Redis.from_url(
-                settings.redis_url,
-                socket_timeout=REDIS_TIMEOUT_S,
-                socket_connect_timeout=REDIS_TIMEOUT_S,
+            redisconn.async_client(
+                settings, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S
             )
         )
 

@@ -4,15 +4,14 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections.abc import Sequence
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import NoScriptError
 
-# One call of a one-key script: its key and its arguments.
-Call = tuple[str, Sequence[str | int | float]]
+from counting import redisconn
+
+Call = redisconn.ScriptCall
 
 
 class ScriptCalls:
@@ -27,7 +26,6 @@ class ScriptCalls:
     def __init__(self, redis: Redis, source: str) -> None:
         self._redis = redis
         self._source = source
-        self._sha = hashlib.sha1(source.encode()).hexdigest()
         self._pending: list[tuple[Sequence[Call], asyncio.Future[list[Any]]]] = []
         self._sending: set[asyncio.Task[None]] = set()
 
@@ -50,10 +48,7 @@ class ScriptCalls:
     async def _send(self, batch: list[tuple[Sequence[Call], asyncio.Future[list[Any]]]]) -> None:
         calls = [call for calls, _ in batch for call in calls]
         try:
-            answers = await self._pipeline(calls)
-            if any(isinstance(answer, NoScriptError) for answer in answers):
-                await self._redis.script_load(self._source)
-                answers = await self._pipeline(calls)
+            answers = await redisconn.eval_each(self._redis, self._source, calls)
         except asyncio.CancelledError:
             for _, future in batch:
                 future.cancel()
@@ -68,9 +63,3 @@ class ScriptCalls:
             if not future.done():
                 future.set_result(answers[at : at + len(own)])
             at += len(own)
-
-    async def _pipeline(self, calls: list[Call]) -> list[Any]:
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for key, args in calls:
-                pipe.evalsha(self._sha, 1, key, *args)
-            return await pipe.execute(raise_on_error=False)

@@ -15,6 +15,7 @@ from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 from redis.asyncio import Redis
 
+from counting import redisconn
 from counting.settings import Settings
 from counting.version import VERSION
 from serving_layer.baselines import BaselineCache
@@ -85,7 +86,7 @@ def _handle_errors(app: FastAPI) -> None:
 
 def create_app(settings: Settings) -> FastAPI:
     """The serving API over the configured Redis and the published baseline."""
-    redis = Redis.from_url(settings.redis_url, socket_timeout=1.0, socket_connect_timeout=1.0)
+    redis = redisconn.async_client(settings, socket_timeout=1.0, socket_connect_timeout=1.0)
     baselines = BaselineCache(settings.baselines_dir, settings.batch_dir)
     bound = settings.serving_cache_ms / 1000
     reader = StatsReader(settings, redis, baselines, ReadCache[Answer](), bound, bound / 4)

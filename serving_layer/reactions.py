@@ -19,8 +19,8 @@ async def read_user_reaction(
     async with redis.pipeline(transaction=False) as pipe:
         pipe.hget(keys.user_reactions(video_id), user_id)
         pipe.hget(keys.reactions(video_id), user_id)
-        if owners:
-            pipe.exists(*owners)
+        for owner in owners:  # one EXISTS each: on a Redis Cluster the owners lie in many slots
+            pipe.exists(owner)
         acknowledged, counted, *owned = await pipe.execute()
     known: list[values.Reaction] = []
     if acknowledged is not None:
@@ -28,4 +28,4 @@ async def read_user_reaction(
     if counted is not None:
         known += values.decode_history(counted)
     decided = values.latest(known)
-    return (decided.state if decided is not None else rules.NONE), bool(owned) and int(owned[0]) > 0
+    return (decided.state if decided is not None else rules.NONE), any(int(found) for found in owned)

@@ -34,6 +34,9 @@ class SpeedCounts(VideoCounts):
         return self.viewers_estimate is not None
 
 
+# How long a scratch key of a read may outlive the read that failed to delete it.
+SCRATCH_TTL_MS = 60_000
+
 # The plain fields of a bucket hash, by the count of `SpeedCounts` each sums into.
 _PLAIN = {
     "views": "views",
@@ -94,9 +97,11 @@ async def read_video(
     for attempt in (1, 2):
         try:
             async with redis.pipeline(transaction=False) as pipe:
-                pipe.evalsha(_READ_SHA, 3, *args)
-                if owners:
-                    pipe.exists(*owners)
+                # The command, not pipe.evalsha: redis-py's cluster pipeline refuses that method;
+                # the command is routed by its keys (one slot: the video's) either way.
+                pipe.execute_command("EVALSHA", _READ_SHA, 3, *args)
+                for owner in owners:  # one EXISTS each: on a cluster the owners lie in many slots
+                    pipe.exists(owner)
                 replies = await pipe.execute()
             break
         except NoScriptError:  # a Redis that has not seen the script yet (new, restarted, flushed)
@@ -125,7 +130,7 @@ async def read_video(
         buckets=int(flat[0]),
         viewers_estimate=int(flat[3]) if flat[2] else None,
     )
-    return counts, bool(owners) and int(replies[1]) > 0
+    return counts, any(int(found) for found in replies[1:])
 
 
 def speed_state_keys(topic: str, partitions: int) -> tuple[str, ...]:
@@ -134,6 +139,9 @@ def speed_state_keys(topic: str, partitions: int) -> tuple[str, ...]:
     return tuple(keys.partition_owner(topic, p) for p in range(partitions))
 
 
+# _UNION: a union of trending buckets is made into a scratch key of their slot, read and deleted
+# by one pipeline; not a transaction (the scratch key is the request's own, and redis-py's cluster
+# client runs MULTI in a thread and loop of its own, which fails under a running event loop).
 async def top_videos(redis: Redis, from_bucket: int, to_bucket: int, n: int) -> list[tuple[str, int]]:
     """The `n` videos with the most counted views in buckets from_bucket..to_bucket (inclusive), most
     viewed first, from the per-bucket trending sorted sets (kept as long as the speed buckets)."""
@@ -145,8 +153,8 @@ async def top_videos(redis: Redis, from_bucket: int, to_bucket: int, n: int) -> 
         single = await redis.zrange(names[0], 0, n - 1, desc=True, withscores=True)
         rows = cast(list[tuple[bytes | str, float]], single)
     else:
-        temp = f"{keys.PREFIX}:trending:tmp:{uuid.uuid4().hex}"
-        async with redis.pipeline(transaction=True) as pipe:
+        temp = keys.trending_scratch(uuid.uuid4().hex)
+        async with redis.pipeline(transaction=False) as pipe:  # see _UNION
             pipe.zunionstore(temp, names)
             pipe.zrange(temp, 0, n - 1, desc=True, withscores=True)
             pipe.delete(temp)
@@ -179,8 +187,8 @@ async def window_views(redis: Redis, from_bucket: int, to_bucket: int) -> dict[s
     if to_bucket < from_bucket:
         return {}
     names = [keys.trending(b) for b in range(from_bucket, to_bucket + 1)]
-    temp = f"{keys.PREFIX}:trending:tmp:{uuid.uuid4().hex}"
-    async with redis.pipeline(transaction=True) as pipe:
+    temp = keys.trending_scratch(uuid.uuid4().hex)
+    async with redis.pipeline(transaction=False) as pipe:  # see _UNION
         pipe.zunionstore(temp, names)
         pipe.zrange(temp, 0, -1, withscores=True)
         pipe.delete(temp)
@@ -193,8 +201,8 @@ async def place_in_window(redis: Redis, video_id: str, from_bucket: int, to_buck
     next to the data: its score, how many videos score more, the ties before it by id, and the
     number of videos with views."""
     names = [keys.trending(b) for b in range(from_bucket, to_bucket + 1)]
-    temp = f"{keys.PREFIX}:trending:tmp:{uuid.uuid4().hex}"
-    async with redis.pipeline(transaction=True) as pipe:
+    temp = keys.trending_scratch(uuid.uuid4().hex)
+    async with redis.pipeline(transaction=False) as pipe:  # see _UNION
         pipe.zunionstore(temp, names)
         pipe.zscore(temp, video_id)
         pipe.zcount(temp, "(0", "+inf")
@@ -261,17 +269,26 @@ async def viewers_estimate(redis: Redis, video_ids: list[str]) -> int:
         for name in names:
             pipe.type(name)
         kinds = [_text(kind) for kind in await pipe.execute()]
-    scratch = f"{keys.PREFIX}:reach:tmp:{uuid.uuid4().hex}"
+    # The videos' keys lie in many slots of a Redis Cluster; PFCOUNT takes keys of one. So the
+    # exact sets' digests go into one scratch sketch, and each HyperLogLog is copied (DUMP and
+    # RESTORE, unchanged) beside it under the scratch's own tag, then counted together.
+    tag = uuid.uuid4().hex
+    scratch = [keys.reach_scratch(tag, "exact")]
     try:
-        for name, kind in zip(names, kinds, strict=True):
+        for i, (name, kind) in enumerate(zip(names, kinds, strict=True)):
             if kind == "hash":
                 digests = await redis.hkeys(name)
                 if digests:
-                    await redis.pfadd(scratch, *digests)
-        sketches = [name for name, kind in zip(names, kinds, strict=True) if kind == "string"]
-        return int(await redis.pfcount(scratch, *sketches))
+                    await redis.pfadd(scratch[0], *digests)
+            elif kind == "string":
+                dumped = await redis.dump(name)
+                if dumped is not None:
+                    copy = keys.reach_scratch(tag, str(i))
+                    await redis.restore(copy, SCRATCH_TTL_MS, dumped, replace=True)
+                    scratch.append(copy)
+        return int(await redis.pfcount(*scratch))
     finally:
-        await redis.delete(scratch)
+        await redis.delete(*scratch)
 
 
 def _text(value: bytes | str) -> str:

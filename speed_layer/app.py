@@ -12,11 +12,11 @@ from functools import partial
 from typing import Any, cast
 
 import faust
-import redis.asyncio as aioredis
 from faust.streams import Stream
 from faust.types import TP, EventT, StreamT, TopicT
 from mode.types.signals import BaseSignalT
 
+from counting import redisconn
 from counting.settings import Settings
 from speed_layer import logs
 from speed_layer.archive_worker import ArchiveWorker
@@ -132,7 +132,7 @@ def create_counter_app(settings: Settings, options: WorkerOptions | None = None)
     options = options or WorkerOptions()
     app, events_topic = _events_app("counter", settings, options)
     dead_letter_topic = app.topic(settings.dead_letter_topic, key_serializer="raw", value_serializer="raw")
-    client = aioredis.Redis.from_url(settings.redis_url)
+    client = redisconn.async_client(settings)
 
     async def send_dead_letter(letter: DeadLetter) -> None:
         delivery = await dead_letter_topic.send(key=letter.key, value=letter.value, headers=letter.headers)
@@ -166,7 +166,7 @@ def create_archiver_app(settings: Settings, options: WorkerOptions | None = None
     """The archiver: events topic -> Parquet log files, then Kafka commits; publishes the watermark."""
     options = options or WorkerOptions()
     app, events_topic = _events_app("archiver", settings, options)
-    client = aioredis.Redis.from_url(settings.redis_url)
+    client = redisconn.async_client(settings)
     log = ParquetLog(settings.raw_dir, settings.events_topic)
     end_offsets = BrokerEndOffsets(settings.kafka_bootstrap, settings.events_topic)
     watermark = Watermark(client, settings.events_topic, settings.delivery_timeout_ms, end_offsets)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import redis.asyncio as aioredis
 
-from counting import keys
+from counting import keys, redisconn
 from counting.offsets import end_reader, read_ends
 
 # Keep at most this many unsatisfied samples (dropping the oldest only delays the watermark).
@@ -73,21 +73,21 @@ class Watermark:
         self._end_offsets = end_offsets
         self._clock = clock
         self._samples: deque[tuple[int, dict[int, int]]] = deque(maxlen=MAX_SAMPLES)
-        self._set_max = client.register_script(_SET_MAX)
 
     async def record_positions(self, positions: dict[int, int]) -> None:
         """Store partitions' durable positions (next offset in the log); never moves one back."""
         if not positions:
             return
-        async with self._client.pipeline(transaction=False) as pipe:
-            for partition, position in positions.items():
-                await self._set_max(
-                    keys=[keys.archiver_position(self.topic, partition)], args=[position], client=pipe
-                )
-            await pipe.execute()
+        calls = [(keys.archiver_position(self.topic, p), [position]) for p, position in positions.items()]
+        for answer in await redisconn.eval_each(self._client, _SET_MAX, calls):
+            if isinstance(answer, Exception):
+                raise answer
 
     async def positions(self, partitions: list[int]) -> dict[int, int]:
-        values = await self._client.mget([keys.archiver_position(self.topic, p) for p in partitions])
+        async with self._client.pipeline(transaction=False) as pipe:  # not MGET: many slots
+            for partition in partitions:
+                pipe.get(keys.archiver_position(self.topic, partition))
+            values = await pipe.execute()
         return {p: int(v) if v is not None else 0 for p, v in zip(partitions, values, strict=True)}
 
     async def tick(self) -> int | None:
@@ -103,5 +103,9 @@ class Watermark:
             satisfied = self._samples.popleft()[0]
         if satisfied is None:
             return None
-        value = await self._set_max(keys=[keys.archiver_watermark()], args=[satisfied - self._grace_ms])
+        [value] = await redisconn.eval_each(
+            self._client, _SET_MAX, [(keys.archiver_watermark(), [satisfied - self._grace_ms])]
+        )
+        if isinstance(value, Exception):
+            raise value
         return int(value)

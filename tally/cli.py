@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from tally.commands import batch, data, spark, stack
+from tally.commands import batch, data, redis_cluster, spark, stack
 from tally.commands.common import DataDir, clear_errors, console, settings_of
 
 app = typer.Typer(help="Tally: exact view and like counters at scale.", no_args_is_help=True)
@@ -131,6 +131,7 @@ app.add_typer(data.rules_app, name="rules")
 app.add_typer(batch.audit_app, name="audit")
 app.add_typer(batch.payouts_app, name="payouts")
 app.add_typer(spark.spark_app, name="spark")
+app.add_typer(redis_cluster.redis_cluster_app, name="redis-cluster")
 
 
 def main() -> None:

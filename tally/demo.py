@@ -5,11 +5,10 @@ from __future__ import annotations
 import time
 
 import httpx
-import redis
 from rich.console import Console
 from rich.table import Table
 
-from counting import oracle, rules
+from counting import oracle, redisconn, rules
 from counting.event import Event
 from counting.settings import Settings
 from tally.secrets import with_local_secrets
@@ -23,7 +22,8 @@ def _edge_between(events: list[Event], bucket_ms: int) -> int:
     """A bucket edge near the middle of the traffic's ingestion times."""
     stamps = sorted(e.ingest_ts or 0 for e in events)
     middle = stamps[len(stamps) // 2]
-    return max(rules.bucket_of(middle, bucket_ms), rules.bucket_of(stamps[0], bucket_ms) + 1) * bucket_ms
+    bucket = max(rules.bucket_of(middle, bucket_ms), rules.bucket_of(stamps[0], bucket_ms) + 1)
+    return rules.bucket_start(bucket, bucket_ms)
 
 
 # The demo's traffic is small: a ladder it climbs (the platform's default starts at 1,000 views).
@@ -82,7 +82,7 @@ def _run(settings: Settings, stack: Stack, seconds: int, rate: float, console: C
     sent = post_with_progress(items, ingest_url, settings.collector_key, console)
     console.print(f"acknowledged {len(sent.events)} events, refused {len(sent.refused)}")
 
-    client = redis.Redis.from_url(settings.redis_url)
+    client = redisconn.sync_client(settings)
     try:
         wait_until(lambda: counter_caught_up(client, settings), 120, "the counter catching up")
         cutoff = _edge_between(sent.events, settings.bucket_ms)

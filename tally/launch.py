@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 
 import redis
 
-from counting import keys
+from counting import keys, redisconn
 from counting.settings import Settings
 from tally.errors import StackError
 from tally.services import is_listening, start_broker, start_redis, wait_for_port
@@ -81,7 +81,7 @@ def ensure_service(stack: Stack, name: str, change: Change) -> bool:
 def has_old_state(settings: Settings) -> bool:
     if settings.raw_dir.exists() and any(settings.raw_dir.rglob("*.parquet")):
         return True
-    client = redis.Redis.from_url(settings.redis_url)
+    client = redisconn.sync_client(settings)
     try:
         return any(True for _ in client.scan_iter(match=f"{keys.PREFIX}:*", count=1000))
     except redis.RedisError as exc:
@@ -105,18 +105,25 @@ def reset_state(settings: Settings) -> None:
     """Forget the log, baselines and speed state: for a fresh local broker, whose log starts empty."""
     for folder in (settings.raw_dir, settings.baselines_dir, settings.data_dir / "batch"):
         shutil.rmtree(folder, ignore_errors=True)
-    client = redis.Redis.from_url(settings.redis_url)
+    client = redisconn.sync_client(settings)
     try:
         batch = []
         for key in client.scan_iter(match=f"{keys.PREFIX}:*", count=1000):
             batch.append(key)
             if len(batch) >= 1000:
-                client.delete(*batch)
+                _delete_each(client, batch)
                 batch.clear()
-        if batch:
-            client.delete(*batch)
+        _delete_each(client, batch)
     finally:
         client.close()
+
+
+def _delete_each(client: redis.Redis, names: list[bytes]) -> None:
+    """DEL of each key in one round trip (not one DEL of many: on a Redis Cluster they lie in many slots)."""
+    pipe = client.pipeline(transaction=False)
+    for name in names:
+        pipe.delete(name)
+    pipe.execute()
 
 
 def _port_of(settings: Settings, name: str) -> tuple[int, str]:

@@ -29,6 +29,7 @@ import httpx
 import redis
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from counting import redisconn
 from counting.milestones import milestone_id, reached
 from counting.settings import Settings
 from tally.errors import StackError
@@ -108,7 +109,7 @@ def announce(
 ) -> Announced:
     """Record what the served baseline reached, send the unannounced milestones to the topic, and
     deliver the due webhooks (`post(url, body, headers)` -> status; default: httpx)."""
-    lock = redis.Redis.from_url(settings.redis_url)
+    lock = redisconn.sync_client(settings)
     token = f"{socket.gethostname()}|{os.getpid()}|{uuid.uuid4().hex}"
     try:
         if not lock.set(LOCK_KEY, token, nx=True, px=LOCK_MS) and not _take_abandoned(lock, token):

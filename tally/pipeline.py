@@ -29,15 +29,11 @@ from batch_layer.job import (
     publish_batch,
     require_not_behind_served,
 )
-from counting import keys, rules
+from counting import keys, redisconn, rules
 from counting.catalog import CatalogRow
-from counting.settings import Settings, settings_env  # noqa: F401  (re-exported, see below)
-from tally.submit import bundle_packages, compute_with_spark_submit, spark_submit_command  # noqa: F401
+from counting.settings import Settings
+from tally.submit import compute_with_spark_submit
 from warehouse.baseline import current_baseline, read_pointer
-
-# The spark-submit tests of tests/dags reach `settings_env`, `spark_submit_command` and `_py_files`
-# through this module, whose `main` is the application spark-submit runs (`tally.submit`).
-_py_files = bundle_packages
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +51,7 @@ def run_cutoff(settings: Settings, data_interval_end: datetime | None, run_after
     if data_interval_end is not None:
         return interval_cutoff(data_interval_end, settings)
     moment = int(run_after.timestamp() * 1000)
-    return rules.bucket_of(moment, settings.bucket_ms) * settings.bucket_ms
+    return rules.bucket_edge_at_or_before(moment, settings.bucket_ms)
 
 
 def interval_run_id(cutoff: int) -> str:
@@ -81,12 +77,12 @@ def wait_for_cutoff(settings: Settings, cutoff: int) -> bool:
 
 def latest_closed_cutoff(settings: Settings, before: int) -> int:
     """The latest bucket edge at or below both `before` and the archiver watermark."""
-    client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=5.0)
+    client = redisconn.sync_client(settings, socket_connect_timeout=5.0)
     try:
         watermark = read_watermark(client, settings.redis_url)
     finally:
         client.close()
-    return rules.bucket_of(min(before, watermark), settings.bucket_ms) * settings.bucket_ms
+    return rules.bucket_edge_at_or_before(min(before, watermark), settings.bucket_ms)
 
 
 def recompute_bounds(settings: Settings, start: date, end: date | None) -> dict[str, Any]:
@@ -337,7 +333,7 @@ def expire_speed_buckets(settings: Settings, now_ms: int) -> int:
     counts and viewer sketches (and their entries in its bucket index), and the trending sets.
     Returns how many keys were deleted. Idempotent; the counter's own key expiry does most of it."""
     oldest_kept = rules.bucket_of(now_ms - settings.retention_ms, settings.bucket_ms)
-    client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=5.0)
+    client = redisconn.sync_client(settings, socket_connect_timeout=5.0)
     deleted = 0
     try:
         for raw_video in client.sscan_iter(keys.videos_index(), count=500):
@@ -353,7 +349,7 @@ def expire_speed_buckets(settings: Settings, now_ms: int) -> int:
             pipe.delete(*doomed)
             pipe.zremrangebyscore(index, "-inf", f"({oldest_kept}")
             deleted += int(pipe.execute()[0])
-        trending_keys = keys.trending(0).removesuffix("0") + "*"  # tally:trending:<bucket>
+        trending_keys = keys.trending(0).removesuffix("0") + "*"  # tally:{trending}:<bucket>
         for raw_key in client.scan_iter(match=trending_keys, count=500):
             key = raw_key.decode() if isinstance(raw_key, bytes) else str(raw_key)
             bucket = key.rsplit(":", 1)[-1]

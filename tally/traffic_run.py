@@ -6,11 +6,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import redis
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from counting import rules
+from counting import redisconn, rules
 from counting.settings import Settings
 from counting.traffic import Generated, TrafficConfig, generate, write_traffic
 from tally.loadgen import Sent, post_traffic
@@ -59,9 +58,9 @@ def post_with_progress(items: list[Generated], ingest_url: str, collector_key: s
 
 def closed_cutoff(settings: Settings) -> int:
     """The latest bucket edge at or below the archiver's watermark: the newest cutoff a batch may use."""
-    client = redis.Redis.from_url(settings.redis_url)
+    client = redisconn.sync_client(settings)
     try:
         mark = watermark(client)
     finally:
         client.close()
-    return rules.bucket_of(mark, settings.bucket_ms) * settings.bucket_ms
+    return rules.bucket_edge_at_or_before(mark, settings.bucket_ms)

@@ -35,6 +35,17 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     service.stop()
 
 
+@pytest.fixture(scope="session")
+def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Redis Cluster of three masters on loopback (`tally.redis_cluster`), for the session."""
+    from tally.redis_cluster import free_first_port, start_cluster, stop_cluster
+
+    where = Settings(data_dir=tmp_path_factory.mktemp("redis-cluster"))
+    cluster, _ = start_cluster(where, free_first_port())
+    yield cluster.url
+    stop_cluster(where)
+
+
 @pytest.fixture
 def redis_client(redis_url: str) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url)

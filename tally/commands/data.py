@@ -74,15 +74,15 @@ def speed_rebuild(data_dir: DataDir = None) -> None:
     (it is fenced out otherwise); start it again afterwards: it resumes after the archive."""
     import asyncio
 
-    import redis.asyncio as aioredis
     from rich.progress import Progress
 
+    from counting import redisconn
     from speed_layer.rebuild import archived_records, rebuild
 
     settings = settings_of(data_dir)
 
     async def run() -> None:
-        client = aioredis.Redis.from_url(settings.redis_url)
+        client = redisconn.async_client(settings)
         try:
             with Progress(console=console) as progress:
                 task = progress.add_task("replaying records", total=len(archived_records(settings)))
@@ -102,12 +102,11 @@ def speed_rebuild(data_dir: DataDir = None) -> None:
 def speed_migrate(data_dir: DataDir = None) -> None:
     """Rewrite the speed state an earlier Tally left in Redis into today's layouts. Stop the counter
     first (it refuses values of an earlier layout, naming this command); idempotent."""
-    import redis
-
+    from counting import redisconn
     from speed_layer.migrate import migrate
 
     settings = settings_of(data_dir)
-    client = redis.Redis.from_url(settings.redis_url)
+    client = redisconn.sync_client(settings)
     try:
         report = migrate(client)
     finally:

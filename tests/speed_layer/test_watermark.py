@@ -111,3 +111,27 @@ def test_the_end_of_a_partition_counts_every_record_of_a_write_of_several(broker
     finally:
         ends.close()
     assert reported <= 5  # 1 on the local broker: why the end is read, not taken from it
+
+
+@pytest.mark.slow
+async def test_positions_and_the_watermark_on_a_redis_cluster(redis_cluster_url: str) -> None:
+    """The partitions' positions lie in many slots of a cluster; each is set and read on its node."""
+    client = aioredis.RedisCluster.from_url(redis_cluster_url)
+    broker = FakeBroker()
+    topic = f"events-{uuid.uuid4().hex[:8]}"
+    broker.ends = {p: 3 for p in range(6)}
+    watermark = Watermark(client, topic, GRACE, broker.end_offsets, clock=broker.clock)
+    try:
+        assert await watermark.tick() is None
+        await watermark.record_positions({p: 3 for p in range(6)})
+        await watermark.record_positions({0: 1})  # never back
+        broker.now_ms += 100
+        assert await watermark.positions(list(range(7))) == {**{p: 3 for p in range(6)}, 6: 0}
+        assert await watermark.tick() == broker.now_ms - GRACE  # both samples are satisfied
+        assert int(await client.get(keys.archiver_watermark()) or 0) == broker.now_ms - GRACE
+        slots = {client.keyslot(keys.archiver_position(topic, p)) for p in range(6)}
+        assert len({client.nodes_manager.get_node_from_slot(s).port for s in slots}) > 1
+    finally:
+        for name in [keys.archiver_watermark(), *(keys.archiver_position(topic, p) for p in range(6))]:
+            await client.delete(name)
+        await client.aclose()
