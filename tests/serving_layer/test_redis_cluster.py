@@ -10,10 +10,15 @@ import redis
 from fastapi.testclient import TestClient
 
 from counting import oracle
+from counting.catalog import CatalogRow
 from counting.settings import Settings
 from serving_layer.app import create_app
+from speed_layer.plan import EXACT_VIEWERS_LIMIT
+from tests.serving_layer.conftest import Events
 from tests.speed_layer.helpers import Traffic
-from tests.writers import Writers
+from tests.writers import Writers, closed_bucket
+from warehouse.migrate import migrate
+from warehouse.store import open_store, upsert_catalog
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 VIDEOS = [f"vid{i}" for i in range(6)]
@@ -71,3 +76,40 @@ def test_every_read_route_answers_on_the_cluster_as_on_a_single_redis(
     assert [s["views"] for s in answered[0]] == [counts[v].views for v in VIDEOS]  # type: ignore[index]
     assert answered[1] and all(rank is not None for rank in answered[3])  # type: ignore[union-attr]
     assert answered[2] == 200
+
+
+def test_a_creators_reach_past_the_exact_sets_answers_on_the_cluster_as_on_a_single_redis(
+    settings: Settings, redis_client: redis.Redis, tally: Writers, redis_cluster_url: str
+) -> None:
+    """A video past EXACT_VIEWERS_LIMIT keeps only a HyperLogLog of its viewers: the creator's reach
+    unites it with the others' (copies of the sketches under one scratch tag on the cluster)."""
+    migrate(settings.store_url)
+    with open_store(settings.store_url) as store:
+        upsert_catalog(store, [CatalogRow("big", "c1", 600.0, True), CatalogRow("small", "c1", 600.0, True)])
+    e = Events(settings.bucket_ms, prefix="reach")
+    c = closed_bucket(settings)
+    many = [f"m{n}" for n in range(EXACT_VIEWERS_LIMIT + 40)]
+    events = [*e.views("big", c, *many), *e.views("small", c, *many[:10], *(f"s{n}" for n in range(20)))]
+    tally.start()
+    tally.ingest(events)
+    tally.count()
+
+    cluster = redis.RedisCluster.from_url(redis_cluster_url)
+    cluster.flushall()
+    try:
+        _copy_into(redis_client, cluster)
+        on_cluster = settings.model_copy(update={"redis_url": redis_cluster_url, "redis_cluster": True})
+        with TestClient(create_app(settings)) as single, TestClient(create_app(on_cluster)) as clustered:
+            expected = single.get("/v1/creators/c1/stats").json()
+            answered = clustered.get("/v1/creators/c1/stats").json()
+        assert not cluster.keys("tally:{reach:*")  # the scratch copies are gone
+    finally:
+        cluster.flushall()
+        cluster.close()
+
+    for answer in (expected, answered):
+        answer.pop("as_of", None)
+    assert answered == expected
+    exact = oracle.creator_counts(events, {"big": "c1", "small": "c1"})["c1"].unique_viewers
+    assert exact == len(many) + 20 and answered["approx"] is True
+    assert abs(answered["unique_viewers"] - exact) <= 0.02 * exact
