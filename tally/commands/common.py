@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Annotated, ParamSpec, Protocol, TypeVar
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 
 from counting.errors import TallyError
 from counting.settings import Settings
@@ -34,6 +36,11 @@ def clear_errors(command: Callable[P, R]) -> Callable[P, R]:
             return command(*args, **kwargs)
         except TallyError as exc:
             console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
+            raise typer.Exit(2) from None
+        except ValidationError as exc:  # a TALLY_* setting the platform cannot run with
+            for error in exc.errors():
+                name = "TALLY_" + "_".join(str(part) for part in error["loc"]).upper()
+                console.print(f"[red]error:[/red] {escape(name)}: {escape(error['msg'])}", soft_wrap=True)
             raise typer.Exit(2) from None
 
     return wrapper

@@ -144,3 +144,20 @@ def test_the_version_is_the_installed_packages() -> None:
     answer = runner.invoke(app, ["--version"])
     assert answer.exit_code == 0
     assert answer.output.strip() == f"tally {version('tally')}"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "said"),
+    [
+        ("TALLY_SPARK_CONF", "nope", "must be a JSON object of Spark setting -> value (got 'nope'"),
+        ("TALLY_BUCKET_MS", "abc", "Input should be a valid integer"),
+    ],
+)
+def test_a_bad_setting_is_one_line_naming_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str, value: str, said: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    result = runner.invoke(app, ["status", "--data-dir", str(tmp_path)])
+    assert result.exit_code == 2
+    assert result.output.startswith(f"error: {variable}: ") and said in result.output, result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
