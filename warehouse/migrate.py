@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import command
@@ -36,8 +37,9 @@ def migrate(url: str, revision: str = "head") -> str | None:
     """Upgrade the store at `url` to `revision` (default: the latest); returns the revision now in place."""
     store = open_store(url)
     config = alembic_config()
+    engine = _transactional(store.engine)
     try:
-        with store.engine.begin() as connection:
+        with engine.begin() as connection:
             config.attributes["connection"] = connection
             command.upgrade(config, revision)
         return current_revision(store)
@@ -48,4 +50,27 @@ def migrate(url: str, revision: str = "head") -> str | None:
             "server is up and the database exists, or set TALLY_DATABASE_URL"
         ) from exc
     finally:
+        if engine is not store.engine:
+            engine.dispose()
         store.close()
+
+
+def _transactional(engine: sa.Engine) -> sa.Engine:
+    """An engine whose transactions hold DDL too. PostgreSQL's do; Python's sqlite3 commits before
+    each DDL statement by itself, so a process killed in the middle of a migration left a SQLite
+    store half built (tables there, no revision stamped: the next start failed on "table already
+    exists"). For SQLite: the driver's own transaction handling off, one BEGIN IMMEDIATE per
+    transaction (SQLAlchemy's recipe for pysqlite), so a migration lands whole or not at all."""
+    if engine.dialect.name != "sqlite":
+        return engine
+    migrating = sa.create_engine(engine.url)
+
+    @sa.event.listens_for(migrating, "connect")
+    def _no_implicit_transactions(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+
+    @sa.event.listens_for(migrating, "begin")
+    def _begin(connection: sa.Connection) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return migrating

@@ -18,6 +18,9 @@ def _run_online() -> None:
         target_metadata=metadata,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
+        # The whole upgrade in the caller's one transaction (warehouse.migrate makes SQLite's hold
+        # DDL too): a migration killed half way leaves the store as it was.
+        transactional_ddl=True,
     )
     with context.begin_transaction():
         context.run_migrations()
