@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import redis
-import redis.asyncio as aioredis
-
-from counting import keys
 from counting.counts import VideoCounts
 from serving_layer.merge import Stats, merge
-from serving_layer.speed import SpeedCounts, read_speed
+from serving_layer.speed import SpeedCounts
 from warehouse.baseline import BaselineRow
 
 
@@ -53,29 +49,3 @@ def test_either_side_may_be_missing() -> None:
     assert merge("v1", None, None) == Stats("v1", 0, 0, 0, 0, 0)
     assert merge("v1", BaselineRow("v1", views=3), None).views == 3
     assert merge("v1", None, SpeedCounts(views=2, watching_now=1)).views == 2
-
-
-async def test_the_speed_side_is_read_into_the_one_record(redis_client: redis.Redis, redis_url: str) -> None:
-    """Bucket hashes as the counter writes them, summed from a bucket on into `SpeedCounts`."""
-    for bucket, fields in (
-        (4, {"views": 9, "uniques": 9, "rejected:scripted_agent": 5}),
-        (5, {"views": 2, "likes": 1, "uniques": 1, "short_views": 3, "rejected:scripted_agent": 1}),
-        (6, {"views": 1, "repeat_views": 2, "rejected:bad_ja3": 4, "rejected:not_a_reason": 7}),
-    ):
-        redis_client.hset(keys.bucket_counts("v1", bucket), mapping=fields)
-        redis_client.zadd(keys.buckets_index("v1"), {str(bucket): bucket})
-    client = aioredis.Redis.from_url(redis_url)
-    try:
-        counts = await read_speed(client, "v1", 5, 0)
-    finally:
-        await client.aclose()
-
-    assert counts == SpeedCounts(
-        views=3,
-        likes=1,
-        unique_viewers=1,
-        rejected={"scripted_agent": 1, "bad_ja3": 4},
-        short_views=3,
-        repeat_views=2,
-        buckets=2,
-    )
