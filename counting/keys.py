@@ -101,10 +101,36 @@ def reach_scratch(name: str, part: str) -> str:
     return f"{PREFIX}:{{reach:{name}}}:{part}"
 
 
+PLATFORM_TAG = "{platform}"
+
+
 def platform(bucket: int) -> str:
     """Hash of one bucket's counts over every video (the sum of the videos' bucket hashes: views,
-    rejected:<reason>, ...), for the platform overview (spans videos: no hash tag)."""
-    return f"{PREFIX}:platform:{bucket}"
+    rejected:<reason>, ...), for the platform overview. Every bucket's hash shares the tag
+    `{platform}` with its partitions' parts (`platform_parts`)."""
+    return f"{PREFIX}:{PLATFORM_TAG}:{bucket}"
+
+
+def platform_parts(bucket: int) -> str:
+    """Hash partition -> that partition's part of `platform(bucket)` (`values.encode_part`)."""
+    return f"{PREFIX}:{PLATFORM_TAG}:parts:{bucket}"
+
+
+def bucket_parts(video_id: str, bucket: int) -> str:
+    """Hash partition -> that partition's part of `bucket_counts(video_id, bucket)`: the absolute
+    values its counter wrote and the offset they are as of (`values.encode_part`)."""
+    return f"{PREFIX}:{video_tag(video_id)}:bp:{bucket}"
+
+
+def partition_tag(topic: str, partition: int) -> str:
+    return "{p:" + f"{topic}:{partition}" + "}"
+
+
+def partition_state(topic: str, partition: int, part: str) -> str:
+    """A key of a partition's counter state, all sharing the partition's hash tag: `offset` (the last
+    offset committed), `owner` (the generation of the worker that owns it), `log` (the changelog:
+    a list of entries since the snapshot) and `snapshot`."""
+    return f"{PREFIX}:{partition_tag(topic, partition)}:{part}"
 
 
 def viewers_sketch(video_id: str, bucket: int) -> str:

@@ -37,7 +37,7 @@ def async_client(settings: Settings, **options: Any) -> AsyncRedis:
 
 
 # One call of a one-key script: its key and its arguments.
-ScriptCall = tuple[str, Sequence[str | int | float]]
+ScriptCall = tuple[str, Sequence[str | int | float | bytes]]
 
 
 async def eval_each(client: AsyncRedis, source: str, calls: Sequence[ScriptCall]) -> list[Any]:

@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -30,6 +30,15 @@ class Settings(BaseSettings):
     data_dir: Path = Field(default=Path("data"), description="root of the log, baselines and stores")
     bucket_ms: int = Field(default=HOUR_MS, gt=0, description="speed-layer bucket width")
     retention_ms: int = Field(default=3 * 24 * HOUR_MS, gt=0, description="speed bucket lifetime")
+    counter_state: Literal["redis", "worker"] = Field(
+        default="redis",
+        description="where the counter keeps its state: 'redis' (write.lua) or 'worker' (partition memory)",
+    )
+    retry_horizon_ms: int = Field(
+        default=24 * HOUR_MS,
+        gt=0,
+        description="how long the worker-state counter remembers an event id (the batch is exact beyond it)",
+    )
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_cluster: bool = Field(
         default=False,

@@ -1,0 +1,85 @@
+"""Where a partition's counter state lives in Redis, all under the partition's hash tag (one Redis
+Cluster slot): its owner generation, its committed offset, its changelog since the last snapshot,
+and the snapshot. `commit.lua` commits a micro-batch; restoring reads the snapshot and the changelog
+back into a `PartitionState`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import redis.asyncio as aioredis
+
+from counting import keys
+from counting.redisconn import eval_each
+from speed_layer.state import PartitionState
+
+LUA = Path(__file__).with_name("commit.lua").read_text()
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(dict[str, Any])
+
+COMMITTED, ALREADY, FENCED = 1, 0, -1
+
+
+def encode(entry: dict[str, object]) -> bytes:
+    return _encoder.encode(entry)
+
+
+def decode(raw: bytes) -> dict[str, Any]:
+    return _decoder.decode(raw)
+
+
+def _keys(topic: str, partition: int) -> tuple[str, str, str, str]:
+    return tuple(keys.partition_state(topic, partition, p) for p in ("offset", "owner", "log", "snapshot"))  # type: ignore[return-value]
+
+
+class PartitionStore:
+    """Claims, restores and commits partitions of one topic."""
+
+    def __init__(self, client: aioredis.Redis, topic: str) -> None:
+        self._client = client
+        self._topic = topic
+
+    async def claim(self, partitions: list[int]) -> dict[int, int]:
+        """Become the owner of partitions: raise each one's owner generation, so commits of an
+        earlier owner, still in flight, are refused from now on."""
+        async with self._client.pipeline(transaction=False) as pipe:
+            for partition in partitions:
+                pipe.incr(_keys(self._topic, partition)[1])
+            generations = await pipe.execute()
+        return {p: int(g) for p, g in zip(partitions, generations, strict=True)}
+
+    async def restore(self, partition: int, state: PartitionState) -> dict[str, Any] | None:
+        """Load the partition's snapshot and changelog into `state`; return the last entry (the one
+        whose counts may not have reached the read keys yet), None when nothing was committed."""
+        _, _, log, snapshot = _keys(self._topic, partition)
+        async with self._client.pipeline(transaction=False) as pipe:
+            pipe.get(snapshot)
+            pipe.lrange(log, 0, -1)
+            raw_snapshot, raw_entries = await pipe.execute()
+        if raw_snapshot is not None:
+            state.load(decode(raw_snapshot))
+        last = None
+        for raw in raw_entries:
+            last = decode(raw)
+            state.load(last)
+        return last
+
+    async def commit(self, commits: list[tuple[int, int, int, bytes, bytes | None]]) -> list[tuple[int, int]]:
+        """Commit entries, one per (partition, generation, last offset, entry, snapshot or None), in
+        one pipeline; answer (COMMITTED, ALREADY or FENCED, the offset or owner) for each."""
+        calls = []
+        for partition, generation, last, entry, snapshot in commits:
+            offset, owner, log, snap = _keys(self._topic, partition)
+            args: list[Any] = [owner, log, snap, generation, last, entry]
+            if snapshot is not None:
+                args.append(snapshot)
+            calls.append((offset, args))
+        answers = await eval_each(self._client, LUA, calls)
+        found = []
+        for answer in answers:
+            if isinstance(answer, Exception):
+                raise answer
+            found.append((int(answer[0]), int(answer[1])))
+        return found

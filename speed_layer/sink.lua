@@ -1,0 +1,94 @@
+-- The counts of one partition for one video (or for the platform) reach their read keys
+-- (speed_layer/sink.py builds the argument). Every value is absolute: the partition's part of a
+-- bucket is stored with the offset it is as of, and the bucket's sums move by the difference with
+-- the part stored before. A part as of an offset no later than the stored one changes nothing, so a
+-- replay, or a late write of a worker that lost the partition, is harmless. Every key carries the
+-- tag of KEYS[1].
+-- ARGV[1], msgpack: {part, offset, buckets, index, viewers, limit, firsts, sketches, reactions_key,
+--   reactions, presence_key, present, absent, trim_below, shards} (keys '' when unused)
+--   buckets: {{counts_key, parts_key, bucket, expire_at, {field = value}}}
+--   firsts: {{digest, first bucket}}; sketches: {{sketch_key, expire_at, {digest}}}
+--   reactions: {{user, history}} (`values.decode_history` reads the packed history); present: {{ingest_ts, session}}; absent: {session}
+--   shards: {} or {shards_key, count, ttl_ms}: raise a hot video's shard count (never lowers it)
+-- Answers each bucket's `views` sum after the write (for trending): {bucket, views, ...}.
+local call = redis.call
+local s = cmsgpack.unpack(ARGV[1])
+local part, offset = s[1], s[2]
+local CHUNK = 4000
+
+local function variadic(command, key, items, before)
+  for i = 1, #items, CHUNK do
+    local args = {unpack(items, i, math.min(i + CHUNK - 1, #items))}
+    if before then table.insert(args, 1, before) end
+    call(command, key, unpack(args))
+  end
+end
+
+local answer = {}
+for _, b in ipairs(s[3]) do
+  local counts_key, parts_key, bucket, expire_at, values = b[1], b[2], b[3], b[4], b[5]
+  local raw = call('HGET', parts_key, part)
+  local old_offset, old = -1, {}
+  if raw then
+    local stored = cmsgpack.unpack(raw)
+    old_offset, old = stored[1], stored[2]
+  end
+  if old_offset < offset then
+    for name, value in pairs(values) do
+      local by = value - (old[name] or 0)
+      if by ~= 0 then call('HINCRBY', counts_key, name, by) end
+    end
+    for name, value in pairs(old) do
+      if values[name] == nil and value ~= 0 then call('HINCRBY', counts_key, name, -value) end
+    end
+    call('HSET', parts_key, part, cmsgpack.pack({offset, values}))
+    call('PEXPIREAT', counts_key, expire_at)
+    call('PEXPIREAT', parts_key, expire_at)
+    if s[4] ~= '' then call('ZADD', s[4], bucket, bucket) end
+  end
+  answer[#answer + 1] = bucket
+  answer[#answer + 1] = tonumber(call('HGET', counts_key, 'views') or '0')
+end
+
+-- Unique viewers: a hash of digest -> first bucket while the video has fewer than `limit`, then a
+-- HyperLogLog under the same key.
+local viewers, firsts = s[5], s[7]
+if #firsts > 0 then
+  if call('TYPE', viewers).ok == 'string' then
+    local digests = {}
+    for i, f in ipairs(firsts) do digests[i] = f[1] end
+    variadic('PFADD', viewers, digests)
+  else
+    local flat = {}
+    for _, f in ipairs(firsts) do flat[#flat + 1] = f[1]; flat[#flat + 1] = f[2] end
+    variadic('HSET', viewers, flat)
+    if call('HLEN', viewers) >= s[6] then
+      local members = call('HKEYS', viewers)
+      call('DEL', viewers)
+      variadic('PFADD', viewers, members)
+    end
+  end
+end
+for _, sketch in ipairs(s[8]) do
+  variadic('PFADD', sketch[1], sketch[3])
+  call('PEXPIREAT', sketch[1], sketch[2])
+end
+for _, r in ipairs(s[10]) do call('HSET', s[9], r[1], cmsgpack.pack(r[2])) end
+
+-- Presence: the sessions watching (their newest heartbeat is after their newest leave) and those
+-- that left; `rules.is_watching` is decided in Python.
+local presence = s[11]
+for _, p in ipairs(s[12]) do call('ZADD', presence, 'GT', p[1], p[2]) end
+if #s[13] > 0 then variadic('ZREM', presence, s[13]) end
+if s[14] > 0 then call('ZREMRANGEBYSCORE', presence, '-inf', '(' .. string.format('%d', s[14])) end
+
+local shards = s[15]
+if #shards > 0 then
+  local current = tonumber(call('GET', shards[1]) or '1')
+  if shards[2] > current then
+    call('SET', shards[1], shards[2], 'PX', shards[3])
+  else
+    call('PEXPIRE', shards[1], shards[3])
+  end
+end
+return answer

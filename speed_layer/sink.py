@@ -1,0 +1,155 @@
+"""The counts of a committed micro-batch reach the video-keyed read keys (`sink.lua`): per video, the
+partition's absolute values of each bucket it changed, the viewers whose first bucket it set, the
+bucket sketches' new digests, the pairs' reaction histories and the sessions' presence; then the
+platform's buckets, trending and the videos index. Every write is idempotent, so the same entry may
+be sunk again (after a restore) and loses or doubles nothing."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+import redis.asyncio as aioredis
+
+from counting import keys, rules
+from counting.redisconn import ScriptCall, eval_each
+from speed_layer.state import EXACT_VIEWERS_LIMIT, SEP, PartitionState
+
+LUA = Path(__file__).with_name("sink.lua").read_text()
+# Presence older than this behind the newest heartbeat of a video is trimmed.
+PRESENCE_KEEP_MS = 10 * rules.PRESENCE_MS
+_encoder = msgspec.msgpack.Encoder()
+
+
+@dataclass
+class _Video:
+    buckets: list[list[object]] = field(default_factory=list)
+    firsts: list[list[object]] = field(default_factory=list)
+    sketches: list[list[object]] = field(default_factory=list)
+    reactions: list[list[object]] = field(default_factory=list)
+    present: list[list[object]] = field(default_factory=list)
+    absent: list[str] = field(default_factory=list)
+    newest_beat: int = 0
+
+
+@dataclass(frozen=True)
+class SinkPlan:
+    """The script calls of one committed entry, and what else it writes."""
+
+    calls: list[ScriptCall]
+    videos: list[str]
+    views_expiry: dict[int, int]
+
+
+def plan_sink(
+    entry: Mapping[str, object],
+    state: PartitionState,
+    part: str,
+    now_ms: int,
+    retention_ms: int,
+    shards: Mapping[str, tuple[int, int]] | None = None,
+) -> SinkPlan:
+    """The sink's calls for a changelog entry of `state` (its presence entries are read from the
+    state, whose newest values they are); `shards`: video -> (count wanted, ttl ms)."""
+    offset = int(entry["offset"])  # type: ignore[call-overload]
+    bucket_ms = state.bucket_ms
+    videos: dict[str, _Video] = defaultdict(_Video)
+
+    def expire_at(bucket: int) -> int:
+        return max(rules.bucket_start(bucket + 1, bucket_ms), now_ms) + retention_ms
+
+    for key, fields in _items(entry, "counts"):
+        video, _, bucket = key.rpartition(SEP)
+        b = int(bucket)
+        videos[video].buckets.append(
+            [keys.bucket_counts(video, b), keys.bucket_parts(video, b), b, expire_at(b), fields or {}]
+        )
+    for key, first in _items(entry, "firsts"):
+        video, _, digest = key.rpartition(SEP)
+        if first is not None:
+            videos[video].firsts.append([digest, first])
+    for key, digests in _items(entry, "sketches"):
+        video, _, bucket = key.rpartition(SEP)
+        b = int(bucket)
+        videos[video].sketches.append([keys.viewers_sketch(video, b), expire_at(b), digests])
+    for key, history in _items(entry, "reactions"):
+        video, _, user = key.partition(SEP)
+        if history:  # the script packs it: `values.decode_history` reads it
+            videos[video].reactions.append([user, history])
+    sessions = {k for table in ("beats", "leaves") for k, _ in _items(entry, table)}
+    for key in sorted(sessions):
+        video, _, session = key.partition(SEP)
+        beat, leave = state.beats.get(key), state.leaves.get(key)
+        target = videos[video]
+        if beat is not None and (leave is None or beat > leave):
+            target.present.append([beat, session])
+            target.newest_beat = max(target.newest_beat, beat)
+        else:
+            target.absent.append(session)
+    calls: list[ScriptCall] = []
+    for video in sorted(set(videos) | set(shards or {})):
+        v = videos[video]
+        wanted = (shards or {}).get(video)
+        arg = [
+            part,
+            offset,
+            v.buckets,
+            keys.buckets_index(video),
+            keys.viewers(video),
+            EXACT_VIEWERS_LIMIT,
+            v.firsts,
+            v.sketches,
+            keys.reactions(video),
+            v.reactions,
+            keys.presence(video),
+            v.present,
+            v.absent,
+            v.newest_beat - PRESENCE_KEEP_MS if v.newest_beat else 0,
+            [keys.shards(video), wanted[0], wanted[1]] if wanted else [],
+        ]
+        calls.append((keys.buckets_index(video), [_encoder.encode(arg)]))
+    platform = [
+        [keys.platform(int(b)), keys.platform_parts(int(b)), int(b), expire_at(int(b)), fields or {}]
+        for b, fields in _items(entry, "platform")
+    ]
+    if platform:
+        arg = [part, offset, platform, "", "", 0, [], [], "", [], "", [], [], 0, []]
+        calls.append((keys.platform(int(platform[0][2])), [_encoder.encode(arg)]))  # type: ignore[call-overload]
+    expiry = {int(b[2]): int(b[3]) for v in videos.values() for b in v.buckets}  # type: ignore[call-overload]
+    return SinkPlan(calls, sorted(videos), expiry)
+
+
+async def sink(client: aioredis.Redis, plan: SinkPlan) -> None:
+    """Write a sink plan: the scripts (one per video and one for the platform, pipelined), then
+    each changed bucket's views into trending and the videos into the index."""
+    if not plan.calls:
+        return
+    answers = await eval_each(client, LUA, plan.calls)
+    for answer in answers:
+        if isinstance(answer, Exception):
+            raise answer
+    async with client.pipeline(transaction=False) as pipe:
+        for (key, _), answer in zip(plan.calls, answers, strict=True):
+            if key.startswith(keys.platform(0).removesuffix("0")):
+                continue
+            video = _video_of(key)
+            for i in range(0, len(answer), 2):
+                bucket, views = int(answer[i]), int(answer[i + 1])
+                pipe.zadd(keys.trending(bucket), {video: views})
+                pipe.pexpireat(keys.trending(bucket), plan.views_expiry[bucket])
+        if plan.videos:
+            pipe.sadd(keys.videos_index(), *plan.videos)
+        await pipe.execute()
+
+
+def _video_of(index_key: str) -> str:
+    """The video of a buckets-index key (`keys.buckets_index`)."""
+    return index_key[index_key.index("{") + 1 : index_key.rindex("}")]
+
+
+def _items(entry: Mapping[str, object], table: str) -> list[tuple[str, object]]:
+    found = entry.get(table) or {}
+    return list(found.items())  # type: ignore[attr-defined]

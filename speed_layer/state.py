@@ -1,0 +1,301 @@
+"""One partition's counting state, kept in the counter worker's memory (DESIGN.md, "Speed layer"),
+and the counting rules of `counting/` run on it, event by event, in offset order.
+
+Every table holds absolute values, and each micro-batch records which entries it changed: the
+changelog entry (`delta`) is those entries' new values, so restoring is upserting entries in order,
+and the counts reach Redis as this partition's absolute values per video and bucket (a replay
+rewrites the same ones). Tables, all keyed by text (`video SEP ...`):
+
+- seen: event_id -> [ingest_ts, verdict] of the applied copy, within the retry horizon;
+- windows: video SEP viewer SEP window -> [ingest_ts, event_id] of the counted view;
+- firsts: video SEP viewer digest -> the first bucket the viewer was counted in (exact up to
+  `EXACT_VIEWERS_LIMIT` viewers of a video in this partition, then only the sketch grows);
+- reactions: video SEP user -> the reactions that decide the pair's state in some bucket;
+- counts: video SEP bucket -> {field: value}; platform: bucket -> {field: value};
+- beats, leaves: video SEP session -> ingest time of the newest heartbeat / leave.
+
+Any order of the records within the partition gives the same state: an earlier copy of an applied
+event, or an earlier view of a counted viewer's window, takes the place of the later one and moves
+its outcome to its own bucket, as the oracle's first-copy order says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from hashlib import blake2b
+
+from counting import rules
+from counting.event import Event
+from speed_layer.judge import QUALIFIED, REACTION, SHORT
+
+SEP = "\x1f"
+TABLES = ("seen", "windows", "firsts", "reactions", "counts", "platform", "beats", "leaves")
+# A video keeps an exact set of its viewers up to this many; then a HyperLogLog (within 2 %).
+EXACT_VIEWERS_LIMIT = 10_000
+# A pair keeps at most this many deciding reactions (older ones fold into the first kept).
+MAX_REACTIONS = 64
+
+_bucket_of = rules.bucket_of
+_LIKED, _DISLIKED = rules.LIKED, rules.DISLIKED
+
+
+def viewer_digest(viewer: str) -> str:
+    """What the unique-viewer set and sketches hold for a viewer: 8 bytes of BLAKE2b in hex (even spread
+    for the HyperLogLog, a few bytes per viewer in the exact set)."""
+    return blake2b(viewer.encode(), digest_size=8).hexdigest()
+
+
+@dataclass
+class Changes:
+    """The entries one micro-batch changed, by table, and the viewer digests it counted per video and
+    bucket (for the bucket sketches)."""
+
+    keys: dict[str, set[str]] = field(default_factory=lambda: {t: set() for t in TABLES})
+    sketches: dict[str, list[str]] = field(default_factory=dict)
+
+
+class PartitionState:
+    """The state of one partition; `count` applies an event, `delta` hands over what changed."""
+
+    def __init__(self, bucket_ms: int, retention_ms: int, horizon_ms: int) -> None:
+        self.bucket_ms = bucket_ms
+        self.horizon_ms = horizon_ms
+        self.keep_buckets = retention_ms // bucket_ms + 1
+        self.offset = -1
+        self.newest_ingest = 0
+        self.seen: dict[str, list[object]] = {}
+        self.windows: dict[str, list[object]] = {}
+        self.firsts: dict[str, int] = {}
+        self.reactions: dict[str, list[list[object]]] = {}
+        self.counts: dict[str, dict[str, int]] = {}
+        self.platform: dict[str, dict[str, int]] = {}
+        self.beats: dict[str, int] = {}
+        self.leaves: dict[str, int] = {}
+        self.viewers_of: dict[str, int] = {}  # video -> exact viewers in `firsts`
+        self.changes = Changes()
+
+    # -- applying events -------------------------------------------------------------------------
+
+    def arrive(self, ingest_ts: int) -> None:
+        """An event of any type reached the partition: the platform's `events` of its bucket."""
+        if ingest_ts > self.newest_ingest:
+            self.newest_ingest = ingest_ts
+        self._add_platform(str(_bucket_of(ingest_ts, self.bucket_ms)), "events", 1)
+
+    def is_first_copy(self, event_id: str) -> bool:
+        return event_id not in self.seen
+
+    def presence(self, event: Event) -> None:
+        """A heartbeat or a leave: the newest of each per session."""
+        if event.session_id is None or event.ingest_ts is None:
+            return
+        table = self.beats if event.type == "heartbeat" else self.leaves
+        key = event.video_id + SEP + event.session_id
+        if event.ingest_ts > table.get(key, -1):
+            table[key] = event.ingest_ts
+            self.changes.keys["beats" if event.type == "heartbeat" else "leaves"].add(key)
+
+    def count(self, event: Event, verdict: str, viewer: str) -> bool:
+        """Apply a judged event (`judge.SHORT`, `QUALIFIED`, a rejection field, or `REACTION`);
+        False for a copy that changed nothing."""
+        event_id = event.event_id
+        ingest_ts: int = event.ingest_ts  # type: ignore[assignment]  # decode_record checked it
+        bucket = _bucket_of(ingest_ts, self.bucket_ms)
+        seen = self.seen.get(event_id)
+        if seen is not None:
+            applied_ts, applied = seen
+            if ingest_ts >= applied_ts or applied != verdict:  # type: ignore[operator]
+                return False  # a later copy, or a copy the bot windows judged otherwise: the first stays
+        self.seen[event_id] = [ingest_ts, verdict]
+        self.changes.keys["seen"].add(event_id)
+        video = event.video_id
+        was = None if seen is None else _bucket_of(seen[0], self.bucket_ms)  # type: ignore[arg-type]
+        if verdict == REACTION:
+            self._react(
+                video, event.user_id or "", event.ts, event_id, rules.REACTION_STATE[event.type], bucket
+            )
+        elif verdict == QUALIFIED:
+            self._view(video, viewer, rules.view_window_of(event.ts), ingest_ts, event_id, bucket, seen)
+        else:
+            name = "short_views" if verdict == SHORT else verdict
+            if was is not None:
+                self._add(video, was, name, -1)
+            self._add(video, bucket, name, 1)
+        return True
+
+    def _view(
+        self,
+        video: str,
+        viewer: str,
+        window: int,
+        ingest_ts: int,
+        event_id: str,
+        bucket: int,
+        seen: list[object] | None,
+    ) -> None:
+        """A qualified view: of a viewer's views of a video in one window, the first by (ingest_ts,
+        event_id) counts, the others are repeats."""
+        key = video + SEP + viewer + SEP + str(window)
+        counted = self.windows.get(key)
+        if seen is not None:  # an earlier copy of an applied view
+            was = _bucket_of(seen[0], self.bucket_ms)  # type: ignore[arg-type]
+            if counted is not None and counted[1] == event_id:  # the counted one: it stays, earlier
+                self._set_window(key, ingest_ts, event_id)
+                self._add(video, was, "views", -1)
+                self._count_view(video, viewer, bucket)
+                return
+            self._add(video, was, "repeat_views", -1)
+        if counted is None:
+            self._set_window(key, ingest_ts, event_id)
+            self._count_view(video, viewer, bucket)
+        elif (ingest_ts, event_id) < (counted[0], counted[1]):
+            self._set_window(key, ingest_ts, event_id)
+            was = _bucket_of(counted[0], self.bucket_ms)  # type: ignore[arg-type]
+            self._add(video, was, "views", -1)
+            self._add(video, was, "repeat_views", 1)
+            self._count_view(video, viewer, bucket)
+        else:
+            self._add(video, bucket, "repeat_views", 1)
+
+    def _set_window(self, key: str, ingest_ts: int, event_id: str) -> None:
+        self.windows[key] = [ingest_ts, event_id]
+        self.changes.keys["windows"].add(key)
+
+    def _count_view(self, video: str, viewer: str, bucket: int) -> None:
+        """A counted view: its bucket's views and sketch, and the viewer's first bucket (each
+        bucket's `uniques` counts the viewers first counted in it)."""
+        self._add(video, bucket, "views", 1)
+        digest = viewer_digest(viewer)
+        self.changes.sketches.setdefault(video + SEP + str(bucket), []).append(digest)
+        key = video + SEP + digest
+        first = self.firsts.get(key)
+        if first is None and self.viewers_of.get(video, 0) >= EXACT_VIEWERS_LIMIT:
+            return  # past the exact limit: only the sketches grow
+        if first is None or bucket < first:
+            self.firsts[key] = bucket
+            self.changes.keys["firsts"].add(key)
+            self._add(video, bucket, "uniques", 1)
+            if first is None:
+                self.viewers_of[video] = self.viewers_of.get(video, 0) + 1
+            else:
+                self._add(video, first, "uniques", -1)
+
+    def _react(self, video: str, user: str, ts: int, event_id: str, state: str, bucket: int) -> None:
+        """Likes of a (user, video) pair: after bucket k the pair is in the state of its latest
+        reaction by (ts, event_id) among those ingested up to k, and each bucket holds the change of
+        state in it. The pair keeps the reactions that decide its state in some bucket, buckets
+        and orders both increasing, so a reaction applied out of ingestion order corrects the
+        buckets it reaches."""
+        key = video + SEP + user
+        old = self.reactions.get(key, [])
+        order = (ts, event_id)
+        new: list[list[object]] = []
+        placed = False
+        for e in old:
+            at = e[3]
+            if (e[0], e[1]) == order and at <= bucket:  # type: ignore[operator]
+                return  # this reaction, applied already (as early or earlier)
+            if at <= bucket and order < (e[0], e[1]):  # type: ignore[operator]
+                return  # a later reaction ingested no later: this one never decides a state
+            if at >= bucket and not order < (e[0], e[1]):  # type: ignore[operator]
+                continue  # this one is later (or the same, ingested earlier) and ingested no later
+            if at > bucket and not placed:  # type: ignore[operator]
+                new.append([ts, event_id, state, bucket])
+                placed = True
+            new.append(e)
+        if not placed:
+            new.append([ts, event_id, state, bucket])
+        changes: dict[int, list[int]] = {}
+        _state_changes(old, -1, changes)
+        _state_changes(new, 1, changes)
+        # Reactions ingested before the retention fold into the first one kept (their buckets expired).
+        drop = 0
+        floor = bucket - self.keep_buckets
+        while len(new) - drop > 1 and (int(new[drop + 1][3]) < floor or len(new) - drop > MAX_REACTIONS):  # type: ignore[call-overload]
+            drop += 1
+        self.reactions[key] = new[drop:]
+        self.changes.keys["reactions"].add(key)
+        for at, (likes, dislikes) in changes.items():
+            if likes:
+                self._add(video, at, "likes", likes)
+            if dislikes:
+                self._add(video, at, "dislikes", dislikes)
+
+    def _add(self, video: str, bucket: int, name: str, by: int) -> None:
+        key = video + SEP + str(bucket)
+        fields = self.counts.get(key)
+        if fields is None:
+            fields = self.counts[key] = {}
+        fields[name] = fields.get(name, 0) + by
+        self.changes.keys["counts"].add(key)
+        if name != "uniques":  # first sightings per video: no platform meaning
+            self._add_platform(str(bucket), name, by)
+
+    def _add_platform(self, bucket: str, name: str, by: int) -> None:
+        fields = self.platform.get(bucket)
+        if fields is None:
+            fields = self.platform[bucket] = {}
+        fields[name] = fields.get(name, 0) + by
+        self.changes.keys["platform"].add(bucket)
+
+    # -- handing over and restoring -----------------------------------------------------------------
+
+    def delta(self) -> dict[str, object]:
+        """The changelog entry of the events applied since the last call: each changed entry's new
+        value (None: dropped), the sketches' digests and the offset; resets the changes."""
+        changes, self.changes = self.changes, Changes()
+        entry: dict[str, object] = {"offset": self.offset, "newest": self.newest_ingest}
+        for table in TABLES:
+            values = getattr(self, table)
+            entry[table] = {key: values.get(key) for key in changes.keys[table]}
+        entry["sketches"] = changes.sketches
+        return entry
+
+    def snapshot(self) -> dict[str, object]:
+        """Every entry (after `trim`), in the changelog entry's layout."""
+        entry: dict[str, object] = {"offset": self.offset, "newest": self.newest_ingest, "sketches": {}}
+        for table in TABLES:
+            entry[table] = dict(getattr(self, table))
+        return entry
+
+    def load(self, entry: dict[str, object]) -> None:
+        """Upsert a snapshot's or a changelog entry's values (restore)."""
+        self.offset = max(self.offset, int(entry["offset"]))  # type: ignore[call-overload]
+        self.newest_ingest = max(self.newest_ingest, int(entry["newest"]))  # type: ignore[call-overload]
+        for table in TABLES:
+            values = getattr(self, table)
+            for key, value in entry[table].items():  # type: ignore[attr-defined]
+                if value is None:
+                    values.pop(key, None)
+                else:
+                    values[key] = value
+        self.viewers_of = {}
+        for key in self.firsts:
+            video = key.rpartition(SEP)[0]
+            self.viewers_of[video] = self.viewers_of.get(video, 0) + 1
+
+    def trim(self) -> None:
+        """Drop what is older than the retry horizon (markers, windows, presence) or the retention
+        (counts and platform buckets, whose Redis keys expired)."""
+        floor = self.newest_ingest - self.horizon_ms
+        oldest = _bucket_of(self.newest_ingest, self.bucket_ms) - self.keep_buckets
+        self.seen = {k: v for k, v in self.seen.items() if v[0] >= floor}  # type: ignore[operator]
+        self.windows = {k: v for k, v in self.windows.items() if v[0] >= floor}  # type: ignore[operator]
+        self.counts = {k: v for k, v in self.counts.items() if int(k.rpartition(SEP)[2]) >= oldest}
+        self.platform = {k: v for k, v in self.platform.items() if int(k) >= oldest}
+        present = self.newest_ingest - 10 * rules.PRESENCE_MS
+        self.beats = {k: v for k, v in self.beats.items() if v >= present}
+        self.leaves = {k: v for k, v in self.leaves.items() if v >= present}
+
+
+def _state_changes(entries: list[list[object]], sign: int, into: dict[int, list[int]]) -> None:
+    """Add `sign` times each bucket's change of (liked, disliked) along a pair's reactions."""
+    liked = disliked = 0
+    for e in entries:
+        like = 1 if e[2] == _LIKED else 0
+        dislike = 1 if e[2] == _DISLIKED else 0
+        if like != liked or dislike != disliked:
+            delta = into.setdefault(e[3], [0, 0])  # type: ignore[arg-type]
+            delta[0] += sign * (like - liked)
+            delta[1] += sign * (dislike - disliked)
+            liked, disliked = like, dislike

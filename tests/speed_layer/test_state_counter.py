@@ -1,0 +1,207 @@
+"""The counter with its state in the worker, against a real Redis (and a real Redis Cluster): the
+read keys it sinks equal the oracle at every bucket edge, replays and kills at any moment (between
+the commit and the sink too) lose and double nothing, a restore gives back the state, and a
+partition's old owner is fenced out."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+from counting import keys, oracle, rules
+from counting.event import Event
+from counting.settings import Settings
+from serving_layer.speed import read_speed
+from speed_layer import state_counter
+from speed_layer.records import Record
+from speed_layer.state import TABLES
+from speed_layer.state_counter import StateCounter
+from tests.speed_layer.helpers import Traffic, no_dead_letters, pack, speed_counts
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 3
+
+
+async def _worker(settings: Settings, client: aioredis.Redis) -> StateCounter:
+    worker = StateCounter(settings, client, no_dead_letters)
+    await worker.claim(settings.events_topic, list(range(PARTITIONS)))
+    return worker
+
+
+async def _count(
+    settings: Settings, client: aioredis.Redis, records: list[Record], batch: int = 7
+) -> StateCounter:
+    worker = await _worker(settings, client)
+    for start in range(0, len(records), batch):
+        await worker.handle(records[start : start + batch])
+    return worker
+
+
+def _at_every_edge(client: redis.Redis, settings: Settings, events: list[Event]) -> None:
+    buckets = sorted({rules.bucket_of(e.ingest_ts or 0, settings.bucket_ms) for e in events})
+    for bucket in [*buckets, buckets[-1] + 1]:
+        expected = oracle.count(events, cutoff=bucket * settings.bucket_ms)
+        actual = {video: speed_counts(client, video, below_bucket=bucket) for video in expected}
+        assert actual == expected, f"split at bucket {bucket}"
+
+
+def _out_of_order(records: list[Record], rng: random.Random) -> list[Record]:
+    """Each partition's records with neighbours swapped now and then (ingest processes append out of
+    time order), offsets renumbered in the new order."""
+    out: list[Record] = []
+    for partition in sorted({r.partition for r in records}):
+        mine = [r for r in records if r.partition == partition]
+        for i in range(len(mine) - 1):
+            if rng.random() < 0.2:
+                mine[i], mine[i + 1] = mine[i + 1], mine[i]
+        out += [Record(r.topic, r.partition, offset, r.value) for offset, r in enumerate(mine)]
+    return out
+
+
+async def test_counts_equal_the_oracle_at_every_bucket_edge(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
+) -> None:
+    events = Traffic(seed=41, step_ms=40).mixed(n=700)
+    assert len({e.event_id for e in events}) < len(events)  # retries present
+    expected = oracle.count(events)
+    assert sum(c.repeat_views for c in expected.values()) and sum(c.short_views for c in expected.values())
+    assert sum(c.likes + c.dislikes for c in expected.values())
+    await _count(settings, aclient, _out_of_order(pack(events, PARTITIONS, per_record=3), random.Random(4)))
+
+    _at_every_edge(redis_client, settings, events)
+    assert {m.decode() for m in redis_client.smembers(keys.videos_index())} == set(expected)
+    video = max(expected, key=lambda v: expected[v].views)
+    served = await read_speed(aclient, video, 0, max(e.ingest_ts or 0 for e in events))
+    assert (served.views, served.likes, served.unique_viewers) == (
+        expected[video].views,
+        expected[video].likes,
+        expected[video].unique_viewers,
+    )
+    top = redis_client.zrevrange(
+        keys.trending(rules.bucket_of(events[-1].ingest_ts or 0, settings.bucket_ms)), 0, -1
+    )
+    assert top, "the last bucket's views reached trending"
+
+
+async def test_replayed_records_change_nothing(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
+) -> None:
+    events = Traffic(seed=42).mixed(n=400)
+    records = pack(events, PARTITIONS)
+    worker = await _count(settings, aclient, records)
+    before = {v: speed_counts(redis_client, v) for v in oracle.count(events)}
+    report = await worker.handle(records)  # the broker delivers them again
+    assert report.applied == 0 and report.skipped == len(records)
+    again = await _worker(settings, aclient)  # a new owner restores, then gets them again
+    report = await again.handle(records)
+    assert report.applied == 0 and report.skipped == len(records)
+    assert {v: speed_counts(redis_client, v) for v in before} == before == oracle.count(events)
+
+
+class Killed(Exception):
+    """The worker process died here."""
+
+
+async def test_workers_killed_at_random_moments_lose_and_double_nothing(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Clean traffic: a new owner starts with empty bot windows (the batch corrects what they miss).
+    events = Traffic(seed=43, step_ms=30).clean(n=900)
+    records = pack(events, PARTITIONS, per_record=3)
+    rng = random.Random(43)
+    real_sink = state_counter.sink
+    kill_in_sink = False
+
+    async def sink(client: aioredis.Redis, plan: object) -> None:
+        if kill_in_sink:
+            raise Killed("between the commit and the sink")
+        await real_sink(client, plan)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(state_counter, "sink", sink)
+    monkeypatch.setattr(state_counter, "MIN_LOG_BYTES", 2_000)  # snapshots along the way
+    worker = await _worker(settings, aclient)
+    acked, kills = 0, {"planned": 0, "committed": 0}
+    while acked < len(records):
+        batch = records[acked : acked + rng.randint(1, 9)]
+        planned = worker.plan(batch)
+        moment = rng.random()
+        if moment < 0.15:  # killed after planning: nothing reached Redis
+            kills["planned"] += 1
+        elif moment < 0.3:  # killed after the commit, before the counts reached the read keys
+            kill_in_sink = True
+            try:
+                await worker.write(planned)
+            except Killed:
+                kills["committed"] += 1
+            else:  # nothing to sink: the batch was committed before (a redelivery)
+                acked += len(batch)
+                continue
+            finally:
+                kill_in_sink = False
+        else:
+            await worker.write(planned)
+            acked += len(batch)  # the broker's offsets move only after the write returned
+            continue
+        worker = await _worker(settings, aclient)  # the next owner restores and sinks the last entry
+
+    assert min(kills.values()) >= 5, kills
+    _at_every_edge(redis_client, settings, events)
+
+
+async def test_a_restored_state_equals_the_state_it_was_built_from(
+    settings: Settings, aclient: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(state_counter, "MIN_LOG_BYTES", 3_000)
+    events = Traffic(seed=44).mixed(n=600)
+    worker = await _count(settings, aclient, pack(events, PARTITIONS))
+    restored = await _worker(settings, aclient)
+    assert redis.Redis.from_url(settings.redis_url).exists(
+        keys.partition_state(settings.events_topic, 0, "snapshot")
+    ), "a snapshot replaced the changelog"
+    for partition in range(PARTITIONS):
+        mine, theirs = worker.owned[partition].state, restored.owned[partition].state
+        assert theirs.offset == mine.offset
+        for table in TABLES:
+            assert getattr(theirs, table) == getattr(mine, table), table
+
+
+async def test_a_partitions_old_owner_is_fenced_out(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
+) -> None:
+    events = Traffic(seed=45).mixed(n=300)
+    records = pack(events, PARTITIONS)
+    half = len(records) // 2
+    old = await _count(settings, aclient, records[:half])
+    planned = old.plan(records[half:])
+    new = await _worker(settings, aclient)  # a rebalance: the partitions move
+    report = await old.write(planned)
+    assert report.fenced == {
+        (settings.events_topic, p) for p in range(PARTITIONS) if any(r.partition == p for r in records[half:])
+    }
+    assert not old.owned, "the old owner dropped the partitions it lost"
+    counted = [e for r in records[:half] for e in Traffic.decode(r)]
+    assert {v: speed_counts(redis_client, v) for v in oracle.count(counted)} == oracle.count(counted)
+    for start in range(half, len(records), 5):
+        await new.handle(records[start : start + 5])
+    assert {v: speed_counts(redis_client, v) for v in oracle.count(events)} == oracle.count(events)
+
+
+async def test_counts_equal_the_oracle_on_a_redis_cluster(settings: Settings, redis_cluster_url: str) -> None:
+    cluster = redis.RedisCluster.from_url(redis_cluster_url)
+    cluster.flushall()
+    on_cluster = settings.model_copy(update={"redis_url": redis_cluster_url, "redis_cluster": True})
+    client = aioredis.RedisCluster.from_url(redis_cluster_url)
+    try:
+        events = Traffic(seed=46, step_ms=40).mixed(n=500)
+        await _count(on_cluster, client, pack(events, PARTITIONS))
+        restored = await _worker(on_cluster, client)
+        assert restored.owned[0].state.offset >= 0
+        _at_every_edge(cluster, settings, events)  # type: ignore[arg-type]
+    finally:
+        await client.aclose()
+        cluster.flushall()
+        cluster.close()
