@@ -21,10 +21,11 @@ from counting.settings import Settings
 from speed_layer import logs
 from speed_layer.archive_worker import ArchiveWorker
 from speed_layer.archiver import ParquetLog
-from speed_layer.counter_worker import Consumed, CounterWorker, count_stream
+from speed_layer.counter_worker import Consumed, Counter, CounterWorker, count_stream
 from speed_layer.deadletter import DeadLetter
 from speed_layer.fetch_wait import shorten_fetch_wait
 from speed_layer.records import Record
+from speed_layer.state_counter import StateCounter
 from speed_layer.watermark import BrokerEndOffsets, Watermark
 
 MAX_COUNTER_RECORDS = 1_000
@@ -128,7 +129,8 @@ def _events_app(worker: str, settings: Settings, options: WorkerOptions) -> tupl
 
 
 def create_counter_app(settings: Settings, options: WorkerOptions | None = None) -> faust.App:
-    """The counter: events topic -> micro-batches -> one atomic Redis write per partition plan."""
+    """The counter: events topic -> micro-batches -> one atomic Redis write per partition plan (or,
+    with TALLY_COUNTER_STATE=worker, a commit and a sink per partition from the worker's state)."""
     options = options or WorkerOptions()
     app, events_topic = _events_app("counter", settings, options)
     dead_letter_topic = app.topic(settings.dead_letter_topic, key_serializer="raw", value_serializer="raw")
@@ -138,7 +140,8 @@ def create_counter_app(settings: Settings, options: WorkerOptions | None = None)
         delivery = await dead_letter_topic.send(key=letter.key, value=letter.value, headers=letter.headers)
         await delivery
 
-    worker = CounterWorker(settings, client, send_dead_letter)
+    counter = StateCounter if settings.counter_state == "worker" else CounterWorker
+    worker: Counter = counter(settings, client, send_dead_letter)
 
     @app.agent(events_topic, name="count")
     async def count(stream: StreamT[bytes]) -> None:

@@ -11,7 +11,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import redis.asyncio as aioredis
 
@@ -68,6 +68,19 @@ class PlannedBatch:
     records: int
     plan: CounterPlan
     planned_at: float
+
+
+class Counter(Protocol):
+    """What `count_stream` and the app drive: `CounterWorker` (state in Redis, `write.lua`) or
+    `state_counter.StateCounter` (state in the worker)."""
+
+    async def claim(self, topic: str, partitions: list[int]) -> None: ...
+
+    def plan(self, records: list[Record]) -> PlannedBatch: ...
+
+    async def write(self, batch: PlannedBatch) -> BatchReport: ...
+
+    async def handle(self, records: list[Record]) -> BatchReport: ...
 
 
 class CounterWorker:
@@ -195,7 +208,7 @@ class Consumed(Generic[M]):
 
 
 async def count_stream(
-    worker: CounterWorker,
+    worker: Counter,
     batches: AsyncIterator[list[M]],
     consumed: Consumed[M],
     on_failure: Callable[[BaseException], None],
@@ -238,9 +251,7 @@ async def count_stream(
 
 def _observe_lag(batch: PlannedBatch, end_offset: Callable[[str, int], int | None]) -> None:
     """Set the lag gauge of the partitions of a stored batch (the broker's end minus what is stored)."""
-    for write in batch.plan.writes:
-        end = end_offset(write.topic, write.partition)
+    for topic, partition, last_offset in batch.plan.positions:
+        end = end_offset(topic, partition)
         if end is not None:
-            metrics.LAG.labels(WORKER, write.topic, str(write.partition)).set(
-                max(0, end - write.last_offset - 1)
-            )
+            metrics.LAG.labels(WORKER, topic, str(partition)).set(max(0, end - last_offset - 1))

@@ -116,6 +116,11 @@ class CounterPlan:
     def events(self) -> int:
         return sum(w.events for w in self.writes)
 
+    @property
+    def positions(self) -> list[tuple[str, int, int]]:
+        """(topic, partition, last offset) of each write."""
+        return [(w.topic, w.partition, w.last_offset) for w in self.writes]
+
 
 # Forget the keys known to have an expiry past this many (forgetting only costs a PEXPIREAT again).
 MAX_EXPIRING = 500_000

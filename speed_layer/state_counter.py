@@ -64,9 +64,15 @@ class StatePlan(CounterPlan):
 
     commits: list[_Commit] = field(default_factory=list)
 
+    topic: str = ""
+
     @property
     def events(self) -> int:
         return sum(c.events for c in self.commits)
+
+    @property
+    def positions(self) -> list[tuple[str, int, int]]:
+        return [(self.topic, c.partition, c.last_offset) for c in self.commits]
 
 
 @dataclass
@@ -170,7 +176,9 @@ class StateCounter:
             commits.append(commit)
         hot = self.hot.observe(per_video, newest, self._now()) if newest else {}
         metrics.PLAN_SECONDS.observe(time.perf_counter() - started)
-        return PlannedBatch(len(records), StatePlan([], dead_letters, hot, commits), started)
+        return PlannedBatch(
+            len(records), StatePlan([], dead_letters, hot, commits, self._settings.events_topic), started
+        )
 
     def _apply(self, state: PartitionState, event: Any, bot_filter: Any, commit: _Commit) -> None:
         state.arrive(event.ingest_ts)

@@ -43,8 +43,13 @@ def crash_settings(settings: Settings, broker: str) -> Settings:
 
 def _stored(client: redis.Redis, settings: Settings) -> int:
     """Records the counter has stored (sum over partitions of the stored offset + 1)."""
-    names = [keys.partition_offset(settings.events_topic, p) for p in range(settings.topic_partitions)]
-    return sum(int(v) + 1 for v in client.mget(names) if v is not None)  # type: ignore[union-attr]
+    if settings.counter_state == "worker":
+        names = [
+            keys.partition_state(settings.events_topic, p, "offset") for p in range(settings.topic_partitions)
+        ]
+    else:
+        names = [keys.partition_offset(settings.events_topic, p) for p in range(settings.topic_partitions)]
+    return sum(int(v) + 1 for v in (client.get(name) for name in names) if v is not None)  # type: ignore[arg-type]
 
 
 def _log_rows(raw_dir: Path) -> list[dict[str, object]]:
@@ -87,10 +92,11 @@ def _run_with_kills(
     return events, worker, records
 
 
+@pytest.mark.parametrize("counter_state", ["redis", "worker"])
 def test_counter_killed_at_random_moments_counts_exactly_once(
-    crash_settings: Settings, redis_client: redis.Redis, start_worker: StartWorker
+    crash_settings: Settings, redis_client: redis.Redis, start_worker: StartWorker, counter_state: str
 ) -> None:
-    settings = crash_settings
+    settings = crash_settings.model_copy(update={"counter_state": counter_state})
     events, worker, records = _run_with_kills(
         lambda: start_worker("counter", settings, *SESSION),
         settings,

@@ -44,10 +44,22 @@ def stack_settings(settings: Settings, broker: str) -> Settings:
     return configured
 
 
+@pytest.fixture(params=["redis", "worker"])
+def counter_settings(stack_settings: Settings, request: pytest.FixtureRequest) -> Settings:
+    """The stack's settings with each place the counter keeps its state (TALLY_COUNTER_STATE)."""
+    return stack_settings.model_copy(update={"counter_state": request.param})
+
+
+def _committed(settings: Settings, partition: int) -> str:
+    if settings.counter_state == "worker":
+        return keys.partition_state(settings.events_topic, partition, "offset")
+    return keys.partition_offset(settings.events_topic, partition)
+
+
 def _counter_done(client: redis.Redis, settings: Settings, records: dict[int, int]) -> Callable[[], bool]:
     def done() -> bool:
         for partition, count in records.items():
-            raw = client.get(keys.partition_offset(settings.events_topic, partition))
+            raw = client.get(_committed(settings, partition))
             if raw is None or int(raw) < count - 1:
                 return False
         return True
@@ -80,8 +92,9 @@ def _dead_letters(
 
 
 def test_counter_counts_exactly_once_and_dead_letters_poison(
-    stack_settings: Settings, redis_client: redis.Redis, start_worker: StartWorker
+    counter_settings: Settings, redis_client: redis.Redis, start_worker: StartWorker
 ) -> None:
+    stack_settings = counter_settings
     events = Traffic(seed=11, step_ms=20).mixed(n=500)
     expected = oracle.count(events)
     records = produce_events(stack_settings.kafka_bootstrap, stack_settings, events)
@@ -106,8 +119,9 @@ def test_counter_counts_exactly_once_and_dead_letters_poison(
 
 
 def test_a_restarted_counter_from_offset_zero_changes_nothing(
-    stack_settings: Settings, redis_client: redis.Redis, start_worker: StartWorker
+    counter_settings: Settings, redis_client: redis.Redis, start_worker: StartWorker
 ) -> None:
+    stack_settings = counter_settings
     events = Traffic(seed=12).mixed(n=300)
     expected = oracle.count(events)
     records = produce_events(stack_settings.kafka_bootstrap, stack_settings, events)
