@@ -82,6 +82,7 @@ def counter_run(settings: Settings, records: list[tuple[int, bytes, bytes]], eve
     Besides wall time it reports the CPU time the counter process and Redis spent per event over
     the same span: on a shared 2-core machine that figure moves less than the wall-clock rate."""
     client = redis.Redis.from_url(settings.redis_url)
+    group = f"bench-{settings.counter_state}-{settings.events_topic}"
     ends: dict[int, int] = {}
     for partition, _, _ in records:
         ends[partition] = ends.get(partition, 0) + 1
@@ -89,14 +90,19 @@ def counter_run(settings: Settings, records: list[tuple[int, bytes, bytes]], eve
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "wb") as handle:
         process = subprocess.Popen(
-            [sys.executable, "-m", "speed_layer", "counter", "--loglevel", "WARNING"],
+            # A consumer group of its own per counter state: each run reads the topic from its start.
+            [sys.executable, "-m", "speed_layer", "counter", "--loglevel", "WARNING", "--group", group],
             cwd=ROOT,
             env=settings_env(settings),
             stdout=handle,
             stderr=subprocess.STDOUT,
         )
     try:
-        names = [keys.partition_offset(settings.events_topic, p) for p in sorted(ends)]
+        if settings.counter_state == "worker":
+            names = [keys.partition_state(settings.events_topic, p, "offset") for p in sorted(ends)]
+        else:
+            names = [keys.partition_offset(settings.events_topic, p) for p in sorted(ends)]
+        memory_before = int(client.info("memory")["used_memory"])
         first: float | None = None
         first_done = 0
         cpu_start = (0.0, 0.0)
@@ -120,6 +126,7 @@ def counter_run(settings: Settings, records: list[tuple[int, bytes, bytes]], eve
         seconds = time.perf_counter() - (first or time.perf_counter())
         counter_cpu = cpu_seconds(process.pid) - cpu_start[0]
         redis_cpu = redis_cpu_seconds(client) - cpu_start[1]
+        memory = int(client.info("memory")["used_memory"]) - memory_before
     finally:
         stop_process(process, 30)
         client.close()
@@ -137,6 +144,7 @@ def counter_run(settings: Settings, records: list[tuple[int, bytes, bytes]], eve
         "events_per_s": round(counted / seconds),
         "counter_cpu_us_per_event": round(counter_cpu / counted * 1e6, 2),
         "redis_cpu_us_per_event": round(redis_cpu / counted * 1e6, 2),
+        "redis_bytes_per_event": round(memory / events, 1),
     }
 
 
@@ -186,6 +194,9 @@ def _scenario(
     _empty_redis(settings.redis_url)  # the counter starts from an empty Redis, as the floors did
     print(f"[{name}] counter", file=sys.stderr)
     counter = counter_run(settings, records, len(events))
+    _empty_redis(settings.redis_url)
+    print(f"[{name}] counter with its state in the worker", file=sys.stderr)
+    state = counter_run(settings.model_copy(update={"counter_state": "worker"}), records, len(events))
     return {
         "records": len(records),
         "events_per_record": round(len(events) / len(records), 1),
@@ -196,6 +207,8 @@ def _scenario(
         "floor_markers_in_memory_ratio": round(floors["memory"]["events_per_s"] / plain["events_per_s"], 3),
         "counter": counter,
         "ratio": round(counter["events_per_s"] / plain["events_per_s"], 3),
+        "worker_state_counter": state,
+        "worker_state_ratio": round(state["events_per_s"] / plain["events_per_s"], 3),
     }
 
 
@@ -249,6 +262,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "uniform_floor_ratio": figures["uniform"]["floor_ratio"],
         "uniform_floor_redis_cpu_us_per_event": figures["uniform"]["floor"]["redis_cpu_us_per_event"],
         "uniform_floor_markers_in_memory_ratio": figures["uniform"]["floor_markers_in_memory_ratio"],
+        "uniform_redis_bytes_per_event": figures["uniform"]["counter"]["redis_bytes_per_event"],
+        "uniform_worker_state_ratio": figures["uniform"]["worker_state_ratio"],
+        "uniform_worker_state_redis_cpu_us_per_event": figures["uniform"]["worker_state_counter"][
+            "redis_cpu_us_per_event"
+        ],
+        "uniform_worker_state_redis_bytes_per_event": figures["uniform"]["worker_state_counter"][
+            "redis_bytes_per_event"
+        ],
+        "one_video_worker_state_ratio": figures["one_video"]["worker_state_ratio"],
+        "one_video_worker_state_redis_cpu_us_per_event": figures["one_video"]["worker_state_counter"][
+            "redis_cpu_us_per_event"
+        ],
         "one_video_counter_events_per_s": o,
         "one_video_plain_events_per_s": figures["one_video"]["plain_consumer"]["events_per_s"],
         "one_video_ratio": figures["one_video"]["ratio"],

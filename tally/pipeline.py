@@ -330,7 +330,7 @@ def build_warehouse(settings: Settings) -> str:
 
 def expire_speed_buckets(settings: Settings, now_ms: int) -> int:
     """Delete the speed layer's per-bucket keys older than the retention: each video's bucket
-    counts and viewer sketches (and their entries in its bucket index), and the trending sets.
+    counts, parts and viewer sketches (and their entries in its bucket index), and the trending sets.
     Returns how many keys were deleted. Idempotent; the counter's own key expiry does most of it."""
     oldest_kept = rules.bucket_of(now_ms - settings.retention_ms, settings.bucket_ms)
     client = redisconn.sync_client(settings, socket_connect_timeout=5.0)
@@ -345,6 +345,7 @@ def expire_speed_buckets(settings: Settings, now_ms: int) -> int:
             buckets = [int(cast(bytes, b)) for b in old]
             doomed = [keys.bucket_counts(video, b) for b in buckets]
             doomed += [keys.viewers_sketch(video, b) for b in buckets]
+            doomed += [keys.bucket_parts(video, b) for b in buckets]  # the state counter's parts
             pipe = client.pipeline(transaction=True)  # one video's keys share a hash slot
             pipe.delete(*doomed)
             pipe.zremrangebyscore(index, "-inf", f"({oldest_kept}")
