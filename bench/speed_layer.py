@@ -19,6 +19,7 @@ JSON and writes bench/results/speed_layer.json.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import subprocess
 import sys
@@ -31,6 +32,7 @@ from typing import Any
 
 import msgspec
 import redis
+import redis.asyncio as aioredis
 from confluent_kafka import Consumer, TopicPartition
 
 from bench.machine import cpu_seconds, machine
@@ -40,6 +42,8 @@ from counting import keys
 from counting.event import Event
 from counting.settings import Settings
 from counting.wire import decode_events
+from speed_layer.partition_store import PartitionStore
+from speed_layer.state import PartitionState
 from tally.services import free_port, free_ports, start_broker, start_redis, stop_process
 from tally.stack import settings_env
 from tally.topics import ensure_topics
@@ -137,7 +141,9 @@ def counter_run(settings: Settings, records: list[tuple[int, bytes, bytes]], eve
         )
     share = 1 - first_done / len(records)
     counted = events * share
+    restored = restore_seconds(settings, sorted(ends)) if settings.counter_state == "worker" else {}
     return {
+        **restored,
         "events": events,
         "timed_events": round(counted),
         "seconds": round(seconds, 3),
@@ -146,6 +152,25 @@ def counter_run(settings: Settings, records: list[tuple[int, bytes, bytes]], eve
         "redis_cpu_us_per_event": round(redis_cpu / counted * 1e6, 2),
         "redis_bytes_per_event": round(memory / events, 1),
     }
+
+
+def restore_seconds(settings: Settings, partitions: list[int]) -> dict[str, float]:
+    """How long a new owner of the worker-state counter takes to restore each partition's state from
+    its snapshot and changelog in Redis (read and decode, as `StateCounter.claim` does)."""
+    client = aioredis.Redis.from_url(settings.redis_url)
+    store = PartitionStore(client, settings.events_topic)
+    times = []
+
+    async def restore_all() -> None:
+        for partition in partitions:
+            state = PartitionState(settings.bucket_ms, settings.retention_ms, settings.retry_horizon_ms)
+            started = time.perf_counter()
+            await store.restore(partition, state)
+            times.append(time.perf_counter() - started)
+        await client.aclose()
+
+    asyncio.run(restore_all())
+    return {"restore_max_partition_s": round(max(times), 3), "restore_all_s": round(sum(times), 3)}
 
 
 def _empty_redis(url: str) -> None:
@@ -269,6 +294,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ],
         "uniform_worker_state_redis_bytes_per_event": figures["uniform"]["worker_state_counter"][
             "redis_bytes_per_event"
+        ],
+        "uniform_worker_state_restore_max_partition_s": figures["uniform"]["worker_state_counter"][
+            "restore_max_partition_s"
         ],
         "one_video_worker_state_ratio": figures["one_video"]["worker_state_ratio"],
         "one_video_worker_state_redis_cpu_us_per_event": figures["one_video"]["worker_state_counter"][

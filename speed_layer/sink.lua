@@ -10,7 +10,8 @@
 --   firsts: {{digest, first bucket}}; sketches: {{sketch_key, expire_at, {digest}}}
 --   reactions: {{user, history}} (`values.decode_history` reads the packed history); present: {{ingest_ts, session}}; absent: {session}
 --   shards: {} or {shards_key, count, ttl_ms}: raise a hot video's shard count (never lowers it)
--- Answers each bucket's `views` sum after the write (for trending): {bucket, views, ...}.
+-- Answers the `views` sum after the write of each bucket whose views moved (for trending):
+-- {bucket, views, ...}.
 local call = redis.call
 local s = cmsgpack.unpack(ARGV[1])
 local part, offset = s[1], s[2]
@@ -33,21 +34,29 @@ for _, b in ipairs(s[3]) do
     local stored = cmsgpack.unpack(raw)
     old_offset, old = stored[1], stored[2]
   end
+  local views_moved = false
   if old_offset < offset then
     for name, value in pairs(values) do
       local by = value - (old[name] or 0)
-      if by ~= 0 then call('HINCRBY', counts_key, name, by) end
+      if by ~= 0 then
+        call('HINCRBY', counts_key, name, by)
+        if name == 'views' then views_moved = true end
+      end
     end
     for name, value in pairs(old) do
       if values[name] == nil and value ~= 0 then call('HINCRBY', counts_key, name, -value) end
     end
     call('HSET', parts_key, part, cmsgpack.pack({offset, values}))
-    call('PEXPIREAT', counts_key, expire_at)
-    call('PEXPIREAT', parts_key, expire_at)
-    if s[4] ~= '' then call('ZADD', s[4], bucket, bucket) end
+    if not raw then  -- this partition's first part of the bucket: the keys' expiry and index entry
+      call('PEXPIREAT', counts_key, expire_at)
+      call('PEXPIREAT', parts_key, expire_at)
+      if s[4] ~= '' then call('ZADD', s[4], bucket, bucket) end
+    end
   end
-  answer[#answer + 1] = bucket
-  answer[#answer + 1] = tonumber(call('HGET', counts_key, 'views') or '0')
+  if views_moved or not raw then
+    answer[#answer + 1] = bucket
+    answer[#answer + 1] = tonumber(call('HGET', counts_key, 'views') or '0')
+  end
 end
 
 -- Unique viewers: a hash of digest -> first bucket while the video has fewer than `limit`, then a
@@ -78,7 +87,9 @@ for _, r in ipairs(s[10]) do call('HSET', s[9], r[1], cmsgpack.pack(r[2])) end
 -- Presence: the sessions watching (their newest heartbeat is after their newest leave) and those
 -- that left; `rules.is_watching` is decided in Python.
 local presence = s[11]
-for _, p in ipairs(s[12]) do call('ZADD', presence, 'GT', p[1], p[2]) end
+local beats = {}
+for _, p in ipairs(s[12]) do beats[#beats + 1] = p[1]; beats[#beats + 1] = p[2] end
+if #beats > 0 then variadic('ZADD', presence, beats, 'GT') end
 if #s[13] > 0 then variadic('ZREM', presence, s[13]) end
 if s[14] > 0 then call('ZREMRANGEBYSCORE', presence, '-inf', '(' .. string.format('%d', s[14])) end
 

@@ -132,14 +132,16 @@ async def sink(client: aioredis.Redis, plan: SinkPlan) -> None:
         if isinstance(answer, Exception):
             raise answer
     async with client.pipeline(transaction=False) as pipe:
+        trending: dict[int, dict[str, int]] = defaultdict(dict)
         for (key, _), answer in zip(plan.calls, answers, strict=True):
             if key.startswith(keys.platform(0).removesuffix("0")):
                 continue
             video = _video_of(key)
             for i in range(0, len(answer), 2):
-                bucket, views = int(answer[i]), int(answer[i + 1])
-                pipe.zadd(keys.trending(bucket), {video: views})
-                pipe.pexpireat(keys.trending(bucket), plan.views_expiry[bucket])
+                trending[int(answer[i])][video] = int(answer[i + 1])
+        for bucket, views in trending.items():
+            pipe.zadd(keys.trending(bucket), views)
+            pipe.pexpireat(keys.trending(bucket), plan.views_expiry[bucket])
         if plan.videos:
             pipe.sadd(keys.videos_index(), *plan.videos)
         await pipe.execute()

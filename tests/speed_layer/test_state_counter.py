@@ -81,6 +81,12 @@ async def test_counts_equal_the_oracle_at_every_bucket_edge(
         expected[video].likes,
         expected[video].unique_viewers,
     )
+    for bucket in {rules.bucket_of(e.ingest_ts or 0, settings.bucket_ms) for e in events}:
+        platform = {k.decode(): int(v) for k, v in redis_client.hgetall(keys.platform(bucket)).items()}
+        arrived = [e for e in events if rules.bucket_of(e.ingest_ts or 0, settings.bucket_ms) == bucket]
+        assert platform["events"] == len(arrived)  # every event of every type, copies included
+        views = [redis_client.hget(keys.bucket_counts(v, bucket), "views") for v in expected]
+        assert platform.get("views", 0) == sum(int(n) for n in views if n is not None)
     top = redis_client.zrevrange(
         keys.trending(rules.bucket_of(events[-1].ingest_ts or 0, settings.bucket_ms)), 0, -1
     )
