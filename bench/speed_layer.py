@@ -102,10 +102,7 @@ def counter_run(settings: Settings, records: list[tuple[int, bytes, bytes]], eve
             stderr=subprocess.STDOUT,
         )
     try:
-        if settings.counter_state == "worker":
-            names = [keys.partition_state(settings.events_topic, p, "offset") for p in sorted(ends)]
-        else:
-            names = [keys.partition_offset(settings.events_topic, p) for p in sorted(ends)]
+        names = [keys.counter_offset(settings.events_topic, p, settings.counter_state) for p in sorted(ends)]
         memory_before = int(client.info("memory")["used_memory"])
         first: float | None = None
         first_done = 0

@@ -71,6 +71,21 @@ def partition_owner(topic: str, partition: int) -> str:
     return f"{PREFIX}:offsets:{topic}:{partition}:owner"
 
 
+def counter_offset(topic: str, partition: int, counter_state: str = "redis") -> str:
+    """Where the counter keeps the last offset of a partition whose counts it committed, by where it
+    keeps its state (`Settings.counter_state`)."""
+    if counter_state == "worker":
+        return partition_state(topic, partition, "offset")
+    return partition_offset(topic, partition)
+
+
+def counter_owner(topic: str, partition: int, counter_state: str = "redis") -> str:
+    """Where the counter keeps the owner generation of a partition (`counter_offset`'s twin)."""
+    if counter_state == "worker":
+        return partition_state(topic, partition, "owner")
+    return partition_owner(topic, partition)
+
+
 def archiver_watermark() -> str:
     """The ingestion time (ms) below which every event is durably in the Parquet log."""
     return f"{PREFIX}:archiver:watermark"

@@ -133,10 +133,10 @@ async def read_video(
     return counts, any(int(found) for found in replies[1:])
 
 
-def speed_state_keys(topic: str, partitions: int) -> tuple[str, ...]:
+def speed_state_keys(topic: str, partitions: int, counter_state: str = "redis") -> tuple[str, ...]:
     """The keys of which one exists when a counter owns a partition of the topic in this Redis; none
     when the speed state is new or was lost (flushed, restarted without persistence)."""
-    return tuple(keys.partition_owner(topic, p) for p in range(partitions))
+    return tuple(keys.counter_owner(topic, p, counter_state) for p in range(partitions))
 
 
 # _UNION: a union of trending buckets is made into a scratch key of their slot, read and deleted

@@ -10,6 +10,7 @@ import typer
 from tally.commands.common import DataDir, clear_errors, say, say_stopped, settings_of
 
 if TYPE_CHECKING:
+    from counting.settings import Settings
     from tally.launch import Change
 
 Worker = Annotated[
@@ -63,6 +64,14 @@ def up(
             min=1, help="archiver processes: archiver, archiver-2, ... (TALLY_ARCHIVERS, default 1)"
         ),
     ] = None,
+    redis_cluster: Annotated[
+        bool,
+        typer.Option(
+            "--redis-cluster",
+            help="run on a local Redis Cluster of 3 masters (started like 'tally redis-cluster up', on "
+            "free ports), the counter keeping its state in the worker (TALLY_COUNTER_STATE=worker)",
+        ),
+    ] = False,
 ) -> None:
     """Start the local stack, or what of it is not running.
 
@@ -78,6 +87,8 @@ def up(
         counters=counters,
         archivers=archivers,
     )
+    if redis_cluster:
+        settings = _on_local_cluster(settings)
     change = bring_up(settings, reset=reset)
     _report(change)
     if not change.started:
@@ -88,13 +99,38 @@ def up(
     say(f"stop it with: {command_line(settings, 'down')}")
 
 
+def _on_local_cluster(settings: Settings) -> Settings:
+    """The settings of a stack on the Redis Cluster recorded under the data directory, started first
+    when none runs (its first port the default one when free, else a free one)."""
+    from tally.redis_cluster import DEFAULT_FIRST_PORT, free_first_port, load_cluster, start_cluster
+    from tally.services import is_listening
+
+    cluster = load_cluster(settings)
+    if cluster is None or not all(p.alive() for p in cluster.processes):
+        wanted = [DEFAULT_FIRST_PORT + i for i in range(3)]
+        free = not any(is_listening(p, "127.0.0.1") or is_listening(p + 10_000, "127.0.0.1") for p in wanted)
+        cluster, _ = start_cluster(settings, DEFAULT_FIRST_PORT if free else free_first_port())
+        for process in cluster.processes:
+            say(f"  {process.name:<10} pid {process.pid:<7} started, log {process.log}")
+    return settings.model_copy(
+        update={"redis_url": cluster.url, "redis_cluster": True, "counter_state": "worker"}
+    )
+
+
 @clear_errors
 def down(data_dir: DataDir = None) -> None:
-    """Stop every process the stack recorded, even after a partial start, and remove its record."""
+    """Stop every process the stack recorded, even after a partial start, and remove its record; and
+    the local Redis Cluster, when the stack ran on it ('tally up --redis-cluster')."""
     from tally.operations import bring_down
+    from tally.redis_cluster import load_cluster, stop_cluster
+    from tally.stack import load_stack
 
     settings = settings_of(data_dir)
+    on_cluster = load_stack(settings).settings.redis_cluster and load_cluster(settings) is not None
     stopped, exited = bring_down(settings)
+    if on_cluster:
+        nodes, gone = stop_cluster(settings)
+        stopped, exited = [*stopped, *nodes], [*exited, *gone]
     say_stopped(stopped, exited, f"nothing to stop: no stack is recorded under {settings.data_dir}")
 
 

@@ -43,12 +43,8 @@ def crash_settings(settings: Settings, broker: str) -> Settings:
 
 def _stored(client: redis.Redis, settings: Settings) -> int:
     """Records the counter has stored (sum over partitions of the stored offset + 1)."""
-    if settings.counter_state == "worker":
-        names = [
-            keys.partition_state(settings.events_topic, p, "offset") for p in range(settings.topic_partitions)
-        ]
-    else:
-        names = [keys.partition_offset(settings.events_topic, p) for p in range(settings.topic_partitions)]
+    topic, state = settings.events_topic, settings.counter_state
+    names = [keys.counter_offset(topic, p, state) for p in range(settings.topic_partitions)]
     return sum(int(v) + 1 for v in (client.get(name) for name in names) if v is not None)  # type: ignore[arg-type]
 
 

@@ -50,16 +50,10 @@ def counter_settings(stack_settings: Settings, request: pytest.FixtureRequest) -
     return stack_settings.model_copy(update={"counter_state": request.param})
 
 
-def _committed(settings: Settings, partition: int) -> str:
-    if settings.counter_state == "worker":
-        return keys.partition_state(settings.events_topic, partition, "offset")
-    return keys.partition_offset(settings.events_topic, partition)
-
-
 def _counter_done(client: redis.Redis, settings: Settings, records: dict[int, int]) -> Callable[[], bool]:
     def done() -> bool:
         for partition, count in records.items():
-            raw = client.get(_committed(settings, partition))
+            raw = client.get(keys.counter_offset(settings.events_topic, partition, settings.counter_state))
             if raw is None or int(raw) < count - 1:
                 return False
         return True
