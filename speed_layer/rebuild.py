@@ -20,8 +20,10 @@ from counting.logschema import EVENT_COLUMNS
 from counting.settings import Settings
 from counting.wire import encode_events
 from speed_layer.counter import plan_batch
+from speed_layer.deadletter import DeadLetter
 from speed_layer.records import Record
 from speed_layer.redis_writer import RedisWriter
+from speed_layer.state_counter import StateCounter
 from speed_layer.windows import ViewWindows
 
 RECORDS_PER_WRITE = 2_000
@@ -81,17 +83,33 @@ async def rebuild(
     event, not only those after the cutoff, for the counts after it to be exact)."""
     started = time.monotonic()
     records = archived_records(settings)
-    writer = RedisWriter(client)
     partitions = sorted({r.partition for r in records})
+    events = 0
+    if settings.counter_state == "worker":  # the state counter itself, from the restored (lost) state
+        counter = StateCounter(settings, client, _archived_records_are_decoded)
+        await counter.claim(settings.events_topic, partitions)
+        for chunk in partition_runs(records, RECORDS_PER_WRITE):
+            events += (await counter.handle(chunk)).events
+            if on_progress is not None:
+                on_progress(len(chunk))
+        return _report(records, events, started)
+    writer = RedisWriter(client)
     generations = await writer.claim(settings.events_topic, partitions) if partitions else {}
     windows = ViewWindows()
-    events = 0
     for chunk in partition_runs(records, RECORDS_PER_WRITE):
         plan = plan_batch(chunk, settings, windows, int(time.time() * 1000), generations=generations)
         await writer.apply(plan.writes)
         events += plan.events
         if on_progress is not None:
             on_progress(len(chunk))
+    return _report(records, events, started)
+
+
+async def _archived_records_are_decoded(letter: DeadLetter) -> None:
+    raise AssertionError(f"an archived record could not be decoded: {letter.headers}")
+
+
+def _report(records: list[Record], events: int, started: float) -> RebuildReport:
     last: dict[int, int] = {}
     for record in records:
         last[record.partition] = max(last.get(record.partition, -1), record.offset)
