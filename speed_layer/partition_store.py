@@ -30,8 +30,9 @@ def decode(raw: bytes) -> dict[str, Any]:
     return _decoder.decode(raw)
 
 
-def _keys(topic: str, partition: int) -> tuple[str, str, str, str]:
-    return tuple(keys.partition_state(topic, partition, p) for p in ("offset", "owner", "log", "snapshot"))  # type: ignore[return-value]
+def _keys(topic: str, partition: int) -> tuple[str, str, str, str, str]:
+    parts = ("offset", "owner", "log", "snapshot", "sketches")
+    return tuple(keys.partition_state(topic, partition, p) for p in parts)  # type: ignore[return-value]
 
 
 class PartitionStore:
@@ -53,26 +54,32 @@ class PartitionStore:
     async def restore(self, partition: int, state: PartitionState) -> dict[str, Any] | None:
         """Load the partition's snapshot and changelog into `state`; return the last entry (the one
         whose counts may not have reached the read keys yet), None when nothing was committed."""
-        _, _, log, snapshot = _keys(self._topic, partition)
+        _, _, log, snapshot, sketches = _keys(self._topic, partition)
         async with self._client.pipeline(transaction=False) as pipe:
             pipe.get(snapshot)
             pipe.lrange(log, 0, -1)
-            raw_snapshot, raw_entries = await pipe.execute()
+            pipe.get(sketches)
+            raw_snapshot, raw_entries, raw_sketches = await pipe.execute()
         if raw_snapshot is not None:
             state.load(decode(raw_snapshot))
         last = None
         for raw in raw_entries:
             last = decode(raw)
             state.load(last)
+        if last is not None and raw_sketches is not None:
+            last["sketches"] = decode(raw_sketches)
         return last
 
-    async def commit(self, commits: list[tuple[int, int, int, bytes, bytes | None]]) -> list[tuple[int, int]]:
-        """Commit entries, one per (partition, generation, last offset, entry, snapshot or None), in
-        one pipeline; answer (COMMITTED, ALREADY or FENCED, the offset or owner) for each."""
+    async def commit(
+        self, commits: list[tuple[int, int, int, bytes, bytes, bytes | None]]
+    ) -> list[tuple[int, int]]:
+        """Commit entries, one per (partition, generation, last offset, entry, sketch digests,
+        snapshot or None), in one pipeline; answer (COMMITTED, ALREADY or FENCED, the offset or
+        owner) for each."""
         calls = []
-        for partition, generation, last, entry, snapshot in commits:
-            offset, owner, log, snap = _keys(self._topic, partition)
-            args: list[Any] = [owner, log, snap, generation, last, entry]
+        for partition, generation, last, entry, sketches, snapshot in commits:
+            offset, owner, log, snap, sketch_key = _keys(self._topic, partition)
+            args: list[Any] = [owner, log, snap, sketch_key, generation, last, entry, sketches]
             if snapshot is not None:
                 args.append(snapshot)
             calls.append((offset, args))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -24,15 +24,19 @@ PRESENCE_KEEP_MS = 10 * rules.PRESENCE_MS
 _encoder = msgspec.msgpack.Encoder()
 
 
-@dataclass
 class _Video:
-    buckets: list[list[object]] = field(default_factory=list)
-    firsts: list[list[object]] = field(default_factory=list)
-    sketches: list[list[object]] = field(default_factory=list)
-    reactions: list[list[object]] = field(default_factory=list)
-    present: list[list[object]] = field(default_factory=list)
-    absent: list[str] = field(default_factory=list)
-    newest_beat: int = 0
+    """What one video's sink call writes."""
+
+    __slots__ = ("absent", "buckets", "firsts", "newest_beat", "present", "reactions", "sketches")
+
+    def __init__(self) -> None:
+        self.buckets: list[list[object]] = []
+        self.firsts: list[list[object]] = []
+        self.sketches: list[list[object]] = []
+        self.reactions: list[list[object]] = []
+        self.present: list[list[object]] = []
+        self.absent: list[str] = []
+        self.newest_beat = 0
 
 
 @dataclass(frozen=True)

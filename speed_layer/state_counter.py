@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import msgspec
 import redis.asyncio as aioredis
 
 from counting import rules
@@ -35,6 +36,7 @@ from speed_layer.state import PartitionState
 from speed_layer.windows import ViewWindows
 
 T = TypeVar("T")
+_encoder = msgspec.msgpack.Encoder()
 # A snapshot replaces the changelog once the entries since the last one weigh more than it (and at
 # least this much): restore reads at most about twice the state.
 MIN_LOG_BYTES = 1 << 20
@@ -56,6 +58,8 @@ class _Commit:
     skipped: int
     rejected: dict[str, int]
     snapshot: bytes | None = None
+    encoded: bytes = b""
+    sketches: bytes = b""
 
 
 @dataclass
@@ -160,14 +164,18 @@ class StateCounter:
                     events = []
                 for event in events:
                     per_video[event.video_id] = per_video.get(event.video_id, 0) + 1
-                    newest = max(newest, event.ingest_ts or 0)
                     self._apply(state, event, bot_filter, commit)
+                if events and (events[-1].ingest_ts or 0) > newest:
+                    newest = events[-1].ingest_ts or 0
                 commit.events += len(events)
                 state.offset = record.offset
             commit.last_offset = state.offset
             commit.entry = state.delta()
             if commit.last_offset >= commit.first_offset:
-                entry_bytes = len(encode(commit.entry))
+                # The changelog keeps the state; the sketches' digests are kept for the last batch only.
+                commit.encoded = encode({k: v for k, v in commit.entry.items() if k != "sketches"})
+                commit.sketches = _encoder.encode(commit.entry["sketches"])
+                entry_bytes = len(commit.encoded)
                 owned.log_bytes += entry_bytes
                 if owned.log_bytes > max(owned.snapshot_bytes, MIN_LOG_BYTES):
                     state.trim()
@@ -218,7 +226,10 @@ class StateCounter:
         commits: list[_Commit] = [c for c in plan.commits if c.last_offset >= c.first_offset]
         answers = await self._retry(
             lambda: self._store.commit(
-                [(c.partition, c.generation, c.last_offset, encode(c.entry), c.snapshot) for c in commits]
+                [
+                    (c.partition, c.generation, c.last_offset, c.encoded, c.sketches, c.snapshot)
+                    for c in commits
+                ]
             )
         )
         results = []
