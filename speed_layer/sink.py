@@ -16,11 +16,11 @@ import redis.asyncio as aioredis
 
 from counting import keys, rules
 from counting.redisconn import ScriptCall, eval_each
-from speed_layer.state import EXACT_VIEWERS_LIMIT, SEP, PartitionState
+from speed_layer.counter import PRESENCE_KEEP_MS
+from speed_layer.plan import EXACT_VIEWERS_LIMIT
+from speed_layer.state import SEP, PartitionState
 
 LUA = Path(__file__).with_name("sink.lua").read_text()
-# Presence older than this behind the newest heartbeat of a video is trimmed.
-PRESENCE_KEEP_MS = 10 * rules.PRESENCE_MS
 _encoder = msgspec.msgpack.Encoder()
 
 

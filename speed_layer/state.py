@@ -22,27 +22,20 @@ its outcome to its own bucket, as the oracle's first-copy order says.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from hashlib import blake2b
 
 from counting import rules
 from counting.event import Event
+from speed_layer.counter import PRESENCE_KEEP_MS, viewer_digest
 from speed_layer.judge import QUALIFIED, REACTION, SHORT
+from speed_layer.plan import EXACT_VIEWERS_LIMIT
 
 SEP = "\x1f"
 TABLES = ("seen", "windows", "firsts", "reactions", "counts", "platform", "beats", "leaves")
-# A video keeps an exact set of its viewers up to this many; then a HyperLogLog (within 2 %).
-EXACT_VIEWERS_LIMIT = 10_000
 # A pair keeps at most this many deciding reactions (older ones fold into the first kept).
 MAX_REACTIONS = 64
 
 _bucket_of = rules.bucket_of
 _LIKED, _DISLIKED = rules.LIKED, rules.DISLIKED
-
-
-def viewer_digest(viewer: str) -> str:
-    """What the unique-viewer set and sketches hold for a viewer: 8 bytes of BLAKE2b in hex (even spread
-    for the HyperLogLog, a few bytes per viewer in the exact set)."""
-    return blake2b(viewer.encode(), digest_size=8).hexdigest()
 
 
 @dataclass
@@ -283,7 +276,7 @@ class PartitionState:
         self.windows = {k: v for k, v in self.windows.items() if v[0] >= floor}  # type: ignore[operator]
         self.counts = {k: v for k, v in self.counts.items() if int(k.rpartition(SEP)[2]) >= oldest}
         self.platform = {k: v for k, v in self.platform.items() if int(k) >= oldest}
-        present = self.newest_ingest - 10 * rules.PRESENCE_MS
+        present = self.newest_ingest - PRESENCE_KEEP_MS
         self.beats = {k: v for k, v in self.beats.items() if v >= present}
         self.leaves = {k: v for k, v in self.leaves.items() if v >= present}
 
