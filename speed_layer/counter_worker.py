@@ -70,6 +70,59 @@ class PlannedBatch:
     planned_at: float
 
 
+async def until_redis(settings: Settings, action: Callable[[], Awaitable[T]]) -> T:
+    """`action` once Redis answers (retried while it does not, saying how to start it)."""
+    hint = "start it with 'tally up' or set TALLY_REDIS_URL"
+    return await until_reachable("redis", action, url=settings.redis_url, hint=hint)
+
+
+async def send_dead_letters(plan: CounterPlan, send: SendDeadLetter) -> None:
+    """Send a planned batch's undecodable records to the dead-letter topic (before its write, so a
+    record is never skipped before it reached the topic)."""
+    for record, error in plan.dead_letters:
+        await send(dead_letter_of(record, error, WORKER))
+        logs.warning(
+            "dead_letter",
+            worker=WORKER,
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            reason=error.reason,
+        )
+
+
+def observe_batch(report: BatchReport, rejected: dict[str, int], planned_at: float) -> None:
+    """A stored batch's metrics (`rejected`: the views rejected by field, of unfenced partitions)
+    and its log line."""
+    metrics.RECORDS.labels(WORKER).inc(report.records)
+    metrics.EVENTS.labels(WORKER).inc(report.events)
+    metrics.BATCH_RECORDS.labels(WORKER).observe(report.records)
+    metrics.BATCH_EVENTS.labels(WORKER).observe(report.events)
+    metrics.OPS.labels("applied").inc(report.applied)
+    metrics.OPS.labels("duplicate").inc(report.duplicates)
+    metrics.OPS.labels("skipped").inc(report.skipped)
+    metrics.DEAD_LETTERS.labels(WORKER).inc(report.dead_letters)
+    metrics.FENCED.inc(len(report.fenced))
+    metrics.SHARD_RAISES.inc(len(report.hot))
+    for name, n in rejected.items():
+        metrics.REJECTED.labels(name.removeprefix("rejected:")).inc(n)
+    logs.info(
+        "counter_batch",
+        records=report.records,
+        events=report.events,
+        writes=len(report.results),
+        applied=report.applied,
+        duplicates=report.duplicates,
+        skipped=report.skipped,
+        dead_letters=report.dead_letters,
+        fenced=len(report.fenced),
+        hot=len(report.hot),
+        ms=round((time.perf_counter() - planned_at) * 1000, 1),
+    )
+    if report.fenced:
+        logs.warning("counter_fenced", partitions=sorted(report.fenced))
+
+
 class Counter(Protocol):
     """What `count_stream` and the app drive: `CounterWorker` (state in Redis, `write.lua`) or
     `state_counter.StateCounter` (state in the worker)."""
@@ -133,16 +186,7 @@ class CounterWorker:
         """Store a planned micro-batch; return when Redis has it (dead letters are sent first, so a
         record is never skipped before it reached the dead-letter topic)."""
         plan = batch.plan
-        for record, error in plan.dead_letters:
-            await self._send_dead_letter(dead_letter_of(record, error, WORKER))
-            logs.warning(
-                "dead_letter",
-                worker=WORKER,
-                topic=record.topic,
-                partition=record.partition,
-                offset=record.offset,
-                reason=error.reason,
-            )
+        await send_dead_letters(plan, self._send_dead_letter)
         started = time.perf_counter()
         results = await self._write(plan.writes)
         for write, result in zip(plan.writes, results, strict=True):
@@ -150,51 +194,23 @@ class CounterWorker:
                 remember_expiries(self._expiring, write, *result.written)
         metrics.FLUSH_SECONDS.labels(WORKER).observe(time.perf_counter() - started)
         report = BatchReport(batch.records, plan.events, len(plan.dead_letters), results, plan.hot)
-        self._observe(report, plan)
-        logs.info(
-            "counter_batch",
-            records=report.records,
-            events=report.events,
-            writes=len(results),
-            applied=report.applied,
-            duplicates=report.duplicates,
-            skipped=report.skipped,
-            dead_letters=report.dead_letters,
-            fenced=len(report.fenced),
-            hot=len(report.hot),
-            ms=round((time.perf_counter() - batch.planned_at) * 1000, 1),
-        )
-        if report.fenced:
-            logs.warning("counter_fenced", partitions=sorted(report.fenced))
+        rejected: dict[str, int] = {}
+        for write in plan.writes:
+            if (write.topic, write.partition) not in report.fenced:
+                for name, n in write.rejected.items():
+                    rejected[name] = rejected.get(name, 0) + n
+        observe_batch(report, rejected, batch.planned_at)
         return report
 
     async def handle(self, records: list[Record]) -> BatchReport:
         """Count a micro-batch exactly once: plan it, then write it."""
         return await self.write(self.plan(records))
 
-    def _observe(self, report: BatchReport, plan: CounterPlan) -> None:
-        metrics.RECORDS.labels(WORKER).inc(report.records)
-        metrics.EVENTS.labels(WORKER).inc(report.events)
-        metrics.BATCH_RECORDS.labels(WORKER).observe(report.records)
-        metrics.BATCH_EVENTS.labels(WORKER).observe(report.events)
-        metrics.OPS.labels("applied").inc(report.applied)
-        metrics.OPS.labels("duplicate").inc(report.duplicates)
-        metrics.OPS.labels("skipped").inc(report.skipped)
-        metrics.DEAD_LETTERS.labels(WORKER).inc(report.dead_letters)
-        metrics.FENCED.inc(len(report.fenced))
-        metrics.SHARD_RAISES.inc(len(report.hot))
-        for write in plan.writes:
-            if (write.topic, write.partition) in report.fenced:
-                continue
-            for name, n in write.rejected.items():
-                metrics.REJECTED.labels(name.removeprefix("rejected:")).inc(n)
-
     async def _write(self, plans: list[PartitionPlan]) -> list[WriteResult]:
         return await self._retry(lambda: self._writer.apply(plans))
 
     async def _retry(self, action: Callable[[], Awaitable[T]]) -> T:
-        hint = "start it with 'tally up' or set TALLY_REDIS_URL"
-        return await until_reachable("redis", action, url=self._settings.redis_url, hint=hint)
+        return await until_redis(self._settings, action)
 
 
 @dataclass(frozen=True)

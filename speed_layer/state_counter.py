@@ -21,8 +21,15 @@ from counting import rules
 from counting.bots import RulesInUse
 from counting.settings import Settings
 from speed_layer import logs, metrics
-from speed_layer.counter_worker import WORKER, BatchReport, PlannedBatch, SendDeadLetter
-from speed_layer.deadletter import dead_letter_of
+from speed_layer.counter_worker import (
+    WORKER,
+    BatchReport,
+    PlannedBatch,
+    SendDeadLetter,
+    observe_batch,
+    send_dead_letters,
+    until_redis,
+)
 from speed_layer.errors import PoisonRecord
 from speed_layer.hot import HotVideos
 from speed_layer.judge import REACTION, judge_view
@@ -30,7 +37,6 @@ from speed_layer.partition_store import ALREADY, FENCED, PartitionStore, encode
 from speed_layer.plan import CounterPlan
 from speed_layer.records import Record, by_partition, decode_record
 from speed_layer.redis_writer import WriteResult
-from speed_layer.retry import until_reachable
 from speed_layer.sink import plan_sink, sink
 from speed_layer.state import PartitionState
 from speed_layer.windows import ViewWindows
@@ -212,16 +218,7 @@ class StateCounter:
         """Commit each partition's changes, then sink its counts; dead letters are sent first."""
         plan = batch.plan
         assert isinstance(plan, StatePlan)
-        for record, error in plan.dead_letters:
-            await self._send_dead_letter(dead_letter_of(record, error, WORKER))
-            logs.warning(
-                "dead_letter",
-                worker=WORKER,
-                topic=record.topic,
-                partition=record.partition,
-                offset=record.offset,
-                reason=error.reason,
-            )
+        await send_dead_letters(plan, self._send_dead_letter)
         started = time.perf_counter()
         commits: list[_Commit] = [c for c in plan.commits if c.last_offset >= c.first_offset]
         answers = await self._retry(
@@ -274,21 +271,12 @@ class StateCounter:
             )
         metrics.FLUSH_SECONDS.labels(WORKER).observe(time.perf_counter() - started)
         report = BatchReport(batch.records, plan.events, len(plan.dead_letters), results, plan.hot)
-        logs.info(
-            "counter_batch",
-            records=report.records,
-            events=report.events,
-            writes=len(results),
-            applied=report.applied,
-            duplicates=report.duplicates,
-            skipped=report.skipped,
-            dead_letters=report.dead_letters,
-            fenced=len(report.fenced),
-            hot=len(report.hot),
-            ms=round((time.perf_counter() - batch.planned_at) * 1000, 1),
-        )
-        if report.fenced:
-            logs.warning("counter_fenced", partitions=sorted(report.fenced))
+        rejected: dict[str, int] = {}
+        for commit in commits:
+            if (self._settings.events_topic, commit.partition) not in report.fenced:
+                for name, n in commit.rejected.items():
+                    rejected[name] = rejected.get(name, 0) + n
+        observe_batch(report, rejected, batch.planned_at)
         return report
 
     async def handle(self, records: list[Record]) -> BatchReport:
@@ -299,5 +287,4 @@ class StateCounter:
         return int(self._clock() * 1000)
 
     async def _retry(self, action: Callable[[], Awaitable[T]]) -> T:
-        hint = "start it with 'tally up' or set TALLY_REDIS_URL"
-        return await until_reachable("redis", action, url=self._settings.redis_url, hint=hint)
+        return await until_redis(self._settings, action)
