@@ -154,8 +154,20 @@ def viewers_sketch(video_id: str, bucket: int) -> str:
 
 
 def shards(video_id: str) -> str:
-    """The shard count of a hot video (absent: 1). Only grows while the video is hot."""
+    """The shard plan of a hot video (`values.ShardPlan`; absent: 1 shard). The Redis-state counter
+    keeps a bare count that only grows while the video is hot; the state counter sets a plan once."""
     return f"{PREFIX}:{video_tag(video_id)}:shards"
+
+
+def handoff(video_id: str, partition: int) -> str:
+    """Hash `table SEP key` -> value: the state of a hot video's viewers that its shard plan moves to
+    `partition`, written by the counter of the video's home partition (`speed_layer.handoff`)."""
+    return f"{PREFIX}:{video_tag(video_id)}:handoff:{partition}"
+
+
+def handoff_closed(video_id: str) -> str:
+    """Set once the home partition's counter has written every hand-off of a video."""
+    return f"{PREFIX}:{video_tag(video_id)}:handoff-closed"
 
 
 def rate_window(scope: str, subject: str) -> str:

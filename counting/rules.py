@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hashlib import blake2b
+
 from counting.event import Event
 
 RULES_VERSION = "2026.11.2"
@@ -15,6 +17,9 @@ HOUR_MS = 3_600_000
 VELOCITY_WINDOW_MS = 60_000
 DAY_MS = 24 * 3_600_000
 PRESENCE_MS = 60_000
+# How long the ingest API trusts a video's shard plan before reading it again: a new plan is set to
+# hold from more than this ahead, so every ingest process routes by it from the same moment.
+SHARD_CACHE_MS = 1_000
 ANON_VIEWER_PREFIX = "anon:"
 
 LIKED = "liked"
@@ -52,6 +57,18 @@ def viewer_of(event: Event) -> str:
     if event.user_id is not None:
         return event.user_id
     return f"{ANON_VIEWER_PREFIX}{event.session_id}"
+
+
+def viewer_digest(viewer: str) -> str:
+    """What the unique-viewer sets and sketches hold for a viewer: 8 bytes of BLAKE2b in hex (even
+    spread for the HyperLogLog, a few bytes per viewer in the exact set)."""
+    return blake2b(viewer.encode(), digest_size=8).hexdigest()
+
+
+def viewer_route(digest: str) -> int:
+    """A viewer's place among a hot video's shards, from its digest: the shard is this modulo the
+    shard count (so the counter can tell a viewer's shard from the digests it keeps)."""
+    return int(digest[:8], 16)
 
 
 def view_window_of(ts: int) -> int:

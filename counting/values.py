@@ -13,6 +13,7 @@ from counting.errors import TallyError
 # One number per layout; raise it when a layout changes, and move old values with a command.
 ACKNOWLEDGED_REACTION_LAYOUT = 1  # `ts|event_id|state` text
 REACTION_HISTORY_LAYOUT = 2  # msgpack array of [ts, event_id, state, bucket] (1 was the text above)
+SHARD_PLAN_LAYOUT = 2  # `shards@active_from_ms` text (1 was the shard count alone, still read)
 
 _STATES = frozenset((rules.LIKED, rules.DISLIKED, rules.NONE))
 _history_decoder = msgspec.msgpack.Decoder(list[tuple[int, str, str, int]])
@@ -90,3 +91,29 @@ def decode_history(raw: bytes) -> list[Reaction]:
 def latest(reactions: list[Reaction]) -> Reaction | None:
     """The reaction that decides the state now: the latest by (ts, event_id)."""
     return max(reactions, key=lambda r: r.order, default=None)
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """A video's shard count and the ingestion time it holds from (`keys.shards`): an event ingested
+    earlier is routed with one shard. A plan without a time (the first layout) holds always."""
+
+    shards: int = 1
+    active_from: int = 0
+
+    def shards_at(self, ingest_ts: int) -> int:
+        return self.shards if ingest_ts >= self.active_from else 1
+
+
+def encode_shard_plan(plan: ShardPlan) -> str:
+    return f"{plan.shards}@{plan.active_from}"
+
+
+def decode_shard_plan(raw: bytes | str) -> ShardPlan:
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    count, _, since = text.partition("@")
+    try:
+        shards, active_from = int(count), int(since or 0)
+    except ValueError:
+        raise UnknownLayout("a shard plan", raw, "`shards@active_from_ms`") from None
+    return ShardPlan(max(1, shards), active_from)

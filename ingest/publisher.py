@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import zlib
 from collections.abc import Callable
 from typing import cast
 
@@ -24,13 +23,15 @@ from counting import keys, redisconn, rules
 from counting.event import Event, stamped
 from counting.logs import Log
 from counting.settings import Settings
+from counting.values import ShardPlan, UnknownLayout, decode_shard_plan
 from counting.wire import encode_events, partition_for, record_key
 from ingest.errors import BrokerUnavailable
 
 log = Log("tally.ingest")
 # How long a video's shard count is trusted before it is read again; how long Redis is left alone
 # after it failed to answer (ingest never waits on Redis for longer than its timeouts).
-SHARDS_TTL_S = 1.0
+SHARDS_TTL_S = rules.SHARD_CACHE_MS / 1000
+ONE_SHARD = ShardPlan()
 REDIS_BACKOFF_S = 5.0
 REDIS_TIMEOUT_S = 0.2
 # No wait for more records before a produce request: a lone write goes out at once. Under load the
@@ -48,7 +49,12 @@ def shard_of(event: Event, shards: int) -> int:
     anonymous session), so a viewer's events and an event's retries share a partition."""
     if shards <= 1:
         return 0
-    return zlib.crc32(rules.viewer_of(event).encode()) % shards
+    return rules.viewer_route(rules.viewer_digest(rules.viewer_of(event))) % shards
+
+
+def shard_for(event: Event, plan: ShardPlan) -> int:
+    """The shard of a stamped event under its video's plan: one shard before the plan holds."""
+    return shard_of(event, plan.shards_at(event.ingest_ts or 0))
 
 
 class ShardCounts:
@@ -62,14 +68,14 @@ class ShardCounts:
     def __init__(self, client: aioredis.Redis | None, clock: Callable[[], float] = time.monotonic) -> None:
         self._client = client
         self._clock = clock
-        self._cache: dict[str, tuple[int, float]] = {}  # video -> (count, when it was read)
+        self._cache: dict[str, tuple[ShardPlan, float]] = {}  # video -> (plan, when it was read)
         self._quiet_until = 0.0
         self._due: set[str] = set()
         self._refresher: asyncio.Task[None] | None = None
 
-    async def of(self, videos: set[str]) -> dict[str, int]:
+    async def of(self, videos: set[str]) -> dict[str, ShardPlan]:
         now = self._clock()
-        found: dict[str, int] = {}
+        found: dict[str, ShardPlan] = {}
         stale: list[str] = []
         ageing: list[str] = []
         for video in videos:
@@ -96,9 +102,9 @@ class ShardCounts:
             videos, self._due = list(self._due), set()
             await self._read(videos)
 
-    async def _read(self, videos: list[str]) -> dict[str, int]:
-        """Read the counts of `videos` into the cache; where Redis does not answer (or is left
-        alone for REDIS_BACKOFF_S after it failed), the cached count, else one."""
+    async def _read(self, videos: list[str]) -> dict[str, ShardPlan]:
+        """Read the plans of `videos` into the cache; where Redis does not answer (or is left
+        alone for REDIS_BACKOFF_S after it failed), the cached plan, else one shard."""
         now = self._clock()
         if self._client is not None and now >= self._quiet_until:
             try:
@@ -110,8 +116,8 @@ class ShardCounts:
                 if len(self._cache) > 100_000:
                     self._cache.clear()
                 for video, value in zip(videos, values, strict=True):
-                    self._cache[video] = (max(1, int(value)) if value is not None else 1, now)
-        return {video: self._cache.get(video, (1, 0.0))[0] for video in videos}
+                    self._cache[video] = (_plan_of(video, value), now)
+        return {video: self._cache.get(video, (ONE_SHARD, 0.0))[0] for video in videos}
 
     async def _get_each(self, names: list[str]) -> list[bytes | None]:
         """GET of each key in one round trip (not MGET: on a Redis Cluster the videos' keys lie in
@@ -129,6 +135,17 @@ class ShardCounts:
                 await self._refresher
         if self._client is not None:
             await self._client.aclose()
+
+
+def _plan_of(video: str, value: bytes | None) -> ShardPlan:
+    """A video's plan as read; one shard (and a warning) for a value of an unknown layout."""
+    if value is None:
+        return ONE_SHARD
+    try:
+        return decode_shard_plan(value)
+    except UnknownLayout as exc:
+        log.warning("shard_plan_unreadable", video=video, error=str(exc))
+        return ONE_SHARD
 
 
 class Publisher:
@@ -220,7 +237,9 @@ class Publisher:
                     written = [stamped(e, ingest_ts) for e in events]
                     grouped: dict[int, tuple[bytes, list[Event]]] = {}
                     for event in written:
-                        key = record_key(event.video_id, shard_of(event, shards.get(event.video_id, 1)))
+                        key = record_key(
+                            event.video_id, shard_for(event, shards.get(event.video_id, ONE_SHARD))
+                        )
                         grouped.setdefault(partition_for(key, partitions), (key, []))[1].append(event)
                     futures = [
                         await producer.send(

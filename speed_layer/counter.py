@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections import Counter
 from functools import lru_cache
-from hashlib import blake2b
 
 from counting import bots, keys, rules
 from counting.event import MAX_AGE_MS, Event
@@ -43,10 +42,7 @@ event_markers_key = keys.event_markers
 window_viewers_key = keys.window_viewers
 
 
-def viewer_digest(viewer: str) -> str:
-    """What the unique-viewer set and sketches hold for a viewer: 8 bytes of BLAKE2b in hex (even spread
-    for the HyperLogLog, a few bytes per viewer in the exact set)."""
-    return blake2b(viewer.encode(), digest_size=8).hexdigest()
+viewer_digest = rules.viewer_digest
 
 
 class _Video:

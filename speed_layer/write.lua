@@ -6,7 +6,20 @@ local last, generation, limit = plan[1], plan[2], plan[3]
 if generation ~= 0 and tonumber(redis.call('GET', KEYS[2]) or '0') ~= generation then
   return {stored, stored, 0, 0, 0, 1}
 end
+-- A hot video's shard count is raised whatever the offsets say (it only ever grows): a plan that
+-- replays records must not drop the raise it carries.
+local function raise_shards()
+  for _, s in ipairs(plan[7]) do
+    local current = tonumber(redis.call('GET', s[1]) or '1')
+    if s[2] > current then
+      redis.call('SET', s[1], s[2], 'PX', s[3])
+    else
+      redis.call('PEXPIRE', s[1], s[3])
+    end
+  end
+end
 if last <= stored then
+  raise_shards()
   return {stored, stored, 0, 0, 0, 0}
 end
 
@@ -414,13 +427,6 @@ if #plan[5] > 0 then
   for _, video in ipairs(plan[5]) do names[#names + 1] = video[1] end
   variadic('SADD', plan[4], names)
 end
-for _, s in ipairs(plan[7]) do
-  local current = tonumber(call('GET', s[1]) or '1')
-  if s[2] > current then
-    call('SET', s[1], s[2], 'PX', s[3])
-  else
-    call('PEXPIRE', s[1], s[3])
-  end
-end
+raise_shards()
 call('SET', KEYS[1], last)
 return {stored, last, applied, duplicates, skipped, 0, written_buckets, written_sketches, written_markers}

@@ -20,8 +20,9 @@ from batch_layer.session import build_session
 from counting.catalog import CatalogRow
 from counting.event import Event, stamped
 from counting.settings import Settings
+from counting.values import ShardPlan
 from counting.wire import encode_events, partition_for, record_key
-from ingest.publisher import ShardCounts, shard_of
+from ingest.publisher import ShardCounts, shard_for
 from ingest.reactions import ReactionState
 from speed_layer.archiver import ParquetLog
 from speed_layer.counter_worker import BatchReport, CounterWorker
@@ -91,7 +92,7 @@ class Writers:
         shards = self._runner.run(self._shards.of({e.video_id for e in request}))
         grouped: dict[int, tuple[bytes, list[Event]]] = {}
         for event in request:
-            key = record_key(event.video_id, shard_of(event, shards.get(event.video_id, 1)))
+            key = record_key(event.video_id, shard_for(event, shards.get(event.video_id, ShardPlan())))
             grouped.setdefault(partition_for(key, self.settings.topic_partitions), (key, []))[1].append(event)
         published = []
         for partition, (key, batch) in sorted(grouped.items()):

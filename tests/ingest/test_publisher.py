@@ -13,6 +13,7 @@ from confluent_kafka import Consumer, TopicPartition
 from counting import keys
 from counting.event import Event
 from counting.settings import Settings
+from counting.values import ShardPlan
 from counting.wire import decode_events, partition_for, record_key
 from ingest.publisher import Publisher, ShardCounts, shard_of
 from tally.services import free_port
@@ -95,6 +96,6 @@ async def test_a_hot_videos_events_spread_over_partitions_by_viewer(
 
 async def test_without_redis_every_video_has_one_shard() -> None:
     counts = ShardCounts(redis.asyncio.Redis.from_url(f"redis://127.0.0.1:{free_port()}/0"))
-    assert await counts.of({"a", "b"}) == {"a": 1, "b": 1}
-    assert await counts.of({"a"}) == {"a": 1}  # backing off: no second attempt
+    assert await counts.of({"a", "b"}) == {"a": ShardPlan(1), "b": ShardPlan(1)}
+    assert await counts.of({"a"}) == {"a": ShardPlan(1)}  # backing off: no second attempt
     await counts.close()

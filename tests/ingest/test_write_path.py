@@ -23,6 +23,7 @@ from fastapi.testclient import TestClient
 from counting import keys, values
 from counting.event import Event, EventType
 from counting.settings import Settings, settings_env
+from counting.values import ShardPlan
 from ingest.app import create_app
 from ingest.auth import issue_token
 from ingest.publisher import SHARDS_TTL_S, ShardCounts
@@ -164,20 +165,20 @@ async def test_shard_counts_are_read_ahead_of_their_expiry(
     clock = [1_000.0]
     counts = ShardCounts(counting, clock=lambda: clock[0])  # type: ignore[arg-type]
     await heated_to(4)
-    assert await counts.of({"hot", "cold"}) == {"hot": 4, "cold": 1}
+    assert await counts.of({"hot", "cold"}) == {"hot": ShardPlan(4), "cold": ShardPlan(1)}
     assert counting.reads == 1
     await heated_to(8)
     clock[0] += SHARDS_TTL_S * 0.6  # still trusted: answered at once, read again in the background
-    assert await counts.of({"hot"}) == {"hot": 4}
+    assert await counts.of({"hot"}) == {"hot": ShardPlan(4)}
     deadline = time.monotonic() + 5
     while counting.reads < 2 and time.monotonic() < deadline:
         await asyncio.sleep(0.01)
     assert counting.reads == 2
-    assert await counts.of({"hot"}) == {"hot": 8}
+    assert await counts.of({"hot"}) == {"hot": ShardPlan(8)}
     assert counting.reads == 2
     clock[0] += SHARDS_TTL_S  # expired: read before it is used
     await heated_to(16)
-    assert await counts.of({"hot"}) == {"hot": 16}
+    assert await counts.of({"hot"}) == {"hot": ShardPlan(16)}
     assert counting.reads == 3
     await counts.close()
 
