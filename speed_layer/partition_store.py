@@ -71,15 +71,16 @@ class PartitionStore:
         return last
 
     async def commit(
-        self, commits: list[tuple[int, int, int, bytes, bytes, bytes | None]]
+        self, commits: list[tuple[int, int, int, bytes, bytes, bool, bytes | None]]
     ) -> list[tuple[int, int]]:
         """Commit entries, one per (partition, generation, last offset, entry, sketch digests,
-        snapshot or None), in one pipeline; answer (COMMITTED, ALREADY or FENCED, the offset or
-        owner) for each."""
+        whether the offset may stay where it is, snapshot or None), in one pipeline; answer
+        (COMMITTED, ALREADY or FENCED, the offset or owner) for each."""
         calls = []
-        for partition, generation, last, entry, sketches, snapshot in commits:
+        for partition, generation, last, entry, sketches, same_offset, snapshot in commits:
             offset, owner, log, snap, sketch_key = _keys(self._topic, partition)
             args: list[Any] = [owner, log, snap, sketch_key, generation, last, entry, sketches]
+            args.append("1" if same_offset else "0")
             if snapshot is not None:
                 args.append(snapshot)
             calls.append((offset, args))

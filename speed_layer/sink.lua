@@ -5,11 +5,10 @@
 -- replay, or a late write of a worker that lost the partition, is harmless. Every key carries the
 -- tag of KEYS[1].
 -- ARGV[1], msgpack: {part, offset, buckets, index, viewers, limit, firsts, sketches, reactions_key,
---   reactions, presence_key, present, absent, trim_below, shards} (keys '' when unused)
+--   reactions, presence_key, present, absent, trim_below} (keys '' when unused)
 --   buckets: {{counts_key, parts_key, bucket, expire_at, {field = value}}}
 --   firsts: {{digest, first bucket}}; sketches: {{sketch_key, expire_at, {digest}}}
 --   reactions: {{user, history}} (`values.decode_history` reads the packed history); present: {{ingest_ts, session}}; absent: {session}
---   shards: {} or {shards_key, count, ttl_ms}: raise a hot video's shard count (never lowers it)
 -- Answers the `views` sum after the write of each bucket whose views moved (for trending):
 -- {bucket, views, ...}.
 local call = redis.call
@@ -93,13 +92,4 @@ if #beats > 0 then variadic('ZADD', presence, beats, 'GT') end
 if #s[13] > 0 then variadic('ZREM', presence, s[13]) end
 if s[14] > 0 then call('ZREMRANGEBYSCORE', presence, '-inf', '(' .. string.format('%d', s[14])) end
 
-local shards = s[15]
-if #shards > 0 then
-  local current = tonumber(call('GET', shards[1]) or '1')
-  if shards[2] > current then
-    call('SET', shards[1], shards[2], 'PX', shards[3])
-  else
-    call('PEXPIRE', shards[1], shards[3])
-  end
-end
 return answer

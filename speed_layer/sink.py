@@ -54,10 +54,9 @@ def plan_sink(
     part: str,
     now_ms: int,
     retention_ms: int,
-    shards: Mapping[str, tuple[int, int]] | None = None,
 ) -> SinkPlan:
     """The sink's calls for a changelog entry of `state` (its presence entries are read from the
-    state, whose newest values they are); `shards`: video -> (count wanted, ttl ms)."""
+    state, whose newest values they are)."""
     offset = int(entry["offset"])  # type: ignore[call-overload]
     bucket_ms = state.bucket_ms
     videos: dict[str, _Video] = defaultdict(_Video)
@@ -94,9 +93,8 @@ def plan_sink(
         else:
             target.absent.append(session)
     calls: list[ScriptCall] = []
-    for video in sorted(set(videos) | set(shards or {})):
+    for video in sorted(videos):
         v = videos[video]
-        wanted = (shards or {}).get(video)
         arg = [
             part,
             offset,
@@ -112,7 +110,6 @@ def plan_sink(
             v.present,
             v.absent,
             v.newest_beat - PRESENCE_KEEP_MS if v.newest_beat else 0,
-            [keys.shards(video), wanted[0], wanted[1]] if wanted else [],
         ]
         calls.append((keys.buckets_index(video), [_encoder.encode(arg)]))
     platform = [
@@ -120,7 +117,7 @@ def plan_sink(
         for b, fields in _items(entry, "platform")
     ]
     if platform:
-        arg = [part, offset, platform, "", "", 0, [], [], "", [], "", [], [], 0, []]
+        arg = [part, offset, platform, "", "", 0, [], [], "", [], "", [], [], 0]
         calls.append((keys.platform(int(platform[0][2])), [_encoder.encode(arg)]))  # type: ignore[call-overload]
     expiry = {int(b[2]): int(b[3]) for v in videos.values() for b in v.buckets}  # type: ignore[call-overload]
     return SinkPlan(calls, sorted(videos), expiry)

@@ -6,13 +6,17 @@ changelog entry (`delta`) is those entries' new values, so restoring is upsertin
 and the counts reach Redis as this partition's absolute values per video and bucket (a replay
 rewrites the same ones). Tables, all keyed by text (`video SEP ...`):
 
-- seen: event_id -> [ingest_ts, verdict] of the applied copy, within the retry horizon;
+- seen: video SEP event_id -> [ingest_ts, verdict, viewer route] of the applied copy, within the
+  retry horizon (the route, `rules.viewer_route`, tells where a hot video's plan sends the viewer);
 - windows: video SEP viewer SEP window -> [ingest_ts, event_id] of the counted view;
 - firsts: video SEP viewer digest -> the first bucket the viewer was counted in (exact up to
   `EXACT_VIEWERS_LIMIT` viewers of a video in this partition, then only the sketch grows);
 - reactions: video SEP user -> the reactions that decide the pair's state in some bucket;
 - counts: video SEP bucket -> {field: value}; platform: bucket -> {field: value};
-- beats, leaves: video SEP session -> ingest time of the newest heartbeat / leave.
+- beats, leaves: video SEP session -> ingest time of the newest heartbeat / leave;
+- plans: video -> [shards, active_from, closed] of the hot videos this partition is the home of;
+- imported: video -> 1 once this partition took over its viewers' state from the video's home
+  (`speed_layer/handoff.py`); pending: video -> the encoded events that wait for it.
 
 Any order of the records within the partition gives the same state: an earlier copy of an applied
 event, or an earlier view of a counted viewer's window, takes the place of the later one and moves
@@ -23,18 +27,35 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import msgspec
+
 from counting import rules
 from counting.event import Event
-from speed_layer.counter import PRESENCE_KEEP_MS, viewer_digest
+from counting.wire import decode_events, encode_events
+from speed_layer.counter import PRESENCE_KEEP_MS
 from speed_layer.judge import QUALIFIED, REACTION, SHORT
 from speed_layer.plan import EXACT_VIEWERS_LIMIT
 
 SEP = "\x1f"
-TABLES = ("seen", "windows", "firsts", "reactions", "counts", "platform", "beats", "leaves")
+TABLES = (
+    "seen",
+    "windows",
+    "firsts",
+    "reactions",
+    "counts",
+    "platform",
+    "beats",
+    "leaves",
+    "plans",
+    "imported",
+    "pending",
+)
 # A pair keeps at most this many deciding reactions (older ones fold into the first kept).
 MAX_REACTIONS = 64
 
 _bucket_of = rules.bucket_of
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder()
 _LIKED, _DISLIKED = rules.LIKED, rules.DISLIKED
 
 
@@ -64,8 +85,16 @@ class PartitionState:
         self.platform: dict[str, dict[str, int]] = {}
         self.beats: dict[str, int] = {}
         self.leaves: dict[str, int] = {}
+        self.plans: dict[str, list[int]] = {}
+        self.imported: dict[str, int] = {}
+        self.pending: dict[str, list[bytes]] = {}
         self.viewers_of: dict[str, int] = {}  # video -> exact viewers in `firsts`
         self.changes = Changes()
+
+    @property
+    def changed(self) -> bool:
+        """Whether anything changed since the last `delta`."""
+        return any(self.changes.keys.values()) or bool(self.changes.sketches)
 
     # -- applying events -------------------------------------------------------------------------
 
@@ -75,8 +104,8 @@ class PartitionState:
             self.newest_ingest = ingest_ts
         self._add_platform(str(_bucket_of(ingest_ts, self.bucket_ms)), "events", 1)
 
-    def is_first_copy(self, event_id: str) -> bool:
-        return event_id not in self.seen
+    def is_first_copy(self, video: str, event_id: str) -> bool:
+        return video + SEP + event_id not in self.seen
 
     def presence(self, event: Event) -> None:
         """A heartbeat or a leave: the newest of each per session."""
@@ -88,27 +117,31 @@ class PartitionState:
             table[key] = event.ingest_ts
             self.changes.keys["beats" if event.type == "heartbeat" else "leaves"].add(key)
 
-    def count(self, event: Event, verdict: str, viewer: str) -> bool:
-        """Apply a judged event (`judge.SHORT`, `QUALIFIED`, a rejection field, or `REACTION`);
-        False for a copy that changed nothing."""
+    def count(self, event: Event, verdict: str, viewer: str, digest: str) -> bool:
+        """Apply a judged event (`judge.SHORT`, `QUALIFIED`, a rejection field, or `REACTION`) of
+        `viewer` (the user for a reaction; `digest` its `rules.viewer_digest`); False for a copy
+        that changed nothing."""
         event_id = event.event_id
         ingest_ts: int = event.ingest_ts  # type: ignore[assignment]  # decode_record checked it
         bucket = _bucket_of(ingest_ts, self.bucket_ms)
-        seen = self.seen.get(event_id)
+        video = event.video_id
+        marker = video + SEP + event_id
+        seen = self.seen.get(marker)
         if seen is not None:
-            applied_ts, applied = seen
+            applied_ts, applied = seen[0], seen[1]
             if ingest_ts >= applied_ts or applied != verdict:  # type: ignore[operator]
                 return False  # a later copy, or a copy the bot windows judged otherwise: the first stays
-        self.seen[event_id] = [ingest_ts, verdict]
-        self.changes.keys["seen"].add(event_id)
-        video = event.video_id
+        self.seen[marker] = [ingest_ts, verdict, rules.viewer_route(digest)]
+        self.changes.keys["seen"].add(marker)
         was = None if seen is None else _bucket_of(seen[0], self.bucket_ms)  # type: ignore[arg-type]
         if verdict == REACTION:
             self._react(
                 video, event.user_id or "", event.ts, event_id, rules.REACTION_STATE[event.type], bucket
             )
         elif verdict == QUALIFIED:
-            self._view(video, viewer, rules.view_window_of(event.ts), ingest_ts, event_id, bucket, seen)
+            self._view(
+                video, viewer, digest, rules.view_window_of(event.ts), ingest_ts, event_id, bucket, seen
+            )
         else:
             name = "short_views" if verdict == SHORT else verdict
             if was is not None:
@@ -120,6 +153,7 @@ class PartitionState:
         self,
         video: str,
         viewer: str,
+        digest: str,
         window: int,
         ingest_ts: int,
         event_id: str,
@@ -135,18 +169,18 @@ class PartitionState:
             if counted is not None and counted[1] == event_id:  # the counted one: it stays, earlier
                 self._set_window(key, ingest_ts, event_id)
                 self._add(video, was, "views", -1)
-                self._count_view(video, viewer, bucket)
+                self._count_view(video, digest, bucket)
                 return
             self._add(video, was, "repeat_views", -1)
         if counted is None:
             self._set_window(key, ingest_ts, event_id)
-            self._count_view(video, viewer, bucket)
+            self._count_view(video, digest, bucket)
         elif (ingest_ts, event_id) < (counted[0], counted[1]):
             self._set_window(key, ingest_ts, event_id)
             was = _bucket_of(counted[0], self.bucket_ms)  # type: ignore[arg-type]
             self._add(video, was, "views", -1)
             self._add(video, was, "repeat_views", 1)
-            self._count_view(video, viewer, bucket)
+            self._count_view(video, digest, bucket)
         else:
             self._add(video, bucket, "repeat_views", 1)
 
@@ -154,11 +188,10 @@ class PartitionState:
         self.windows[key] = [ingest_ts, event_id]
         self.changes.keys["windows"].add(key)
 
-    def _count_view(self, video: str, viewer: str, bucket: int) -> None:
+    def _count_view(self, video: str, digest: str, bucket: int) -> None:
         """A counted view: its bucket's views and sketch, and the viewer's first bucket (each
         bucket's `uniques` counts the viewers first counted in it)."""
         self._add(video, bucket, "views", 1)
-        digest = viewer_digest(viewer)
         self.changes.sketches.setdefault(video + SEP + str(bucket), []).append(digest)
         key = video + SEP + digest
         first = self.firsts.get(key)
@@ -230,6 +263,47 @@ class PartitionState:
             fields = self.platform[bucket] = {}
         fields[name] = fields.get(name, 0) + by
         self.changes.keys["platform"].add(bucket)
+
+    # -- a hot video's shard plan and the hand-off of its moving viewers ---------------------------------
+
+    def plan_shards(self, video: str, shards: int, active_from: int) -> None:
+        """This partition, the video's home, sends its viewers over `shards` shards from `active_from`."""
+        self.plans[video] = [shards, active_from, 0]
+        self.changes.keys["plans"].add(video)
+
+    def closing(self, grace_ms: int) -> list[str]:
+        """The planned videos whose every event ingested before the plan holds is applied here: this
+        partition applied an event ingested `grace_ms` (the producer's delivery timeout) after it."""
+        return [
+            v
+            for v, (_, since, closed) in self.plans.items()
+            if not closed and self.newest_ingest >= since + grace_ms
+        ]
+
+    def close(self, video: str) -> None:
+        self.plans[video][2] = 1
+        self.changes.keys["plans"].add(video)
+
+    def hold(self, event: Event) -> None:
+        """An event of a video whose viewers' state this partition has not taken over yet."""
+        held = self.pending.setdefault(event.video_id, [])
+        held.append(encode_events([event]))
+        self.changes.keys["pending"].add(event.video_id)
+
+    def take_over(self, video: str, entries: dict[bytes, bytes]) -> list[Event]:
+        """Load the entries the video's home handed over for this partition; return the events that
+        waited for them, in arrival order (to apply now)."""
+        for name, raw in entries.items():
+            table, _, key = name.decode().partition(SEP)
+            getattr(self, table)[key] = _decoder.decode(raw)
+            self.changes.keys[table].add(key)
+            if table == "firsts":
+                self.viewers_of[video] = self.viewers_of.get(video, 0) + 1
+        self.imported[video] = 1
+        self.changes.keys["imported"].add(video)
+        held = self.pending.pop(video, [])
+        self.changes.keys["pending"].add(video)
+        return [e for raw in held for e in decode_events(raw)]
 
     # -- handing over and restoring -----------------------------------------------------------------
 

@@ -20,6 +20,7 @@ import redis.asyncio as aioredis
 from counting import rules
 from counting.bots import RulesInUse
 from counting.settings import Settings
+from counting.values import ShardPlan
 from speed_layer import logs, metrics
 from speed_layer.counter_worker import (
     WORKER,
@@ -31,6 +32,7 @@ from speed_layer.counter_worker import (
     until_redis,
 )
 from speed_layer.errors import PoisonRecord
+from speed_layer.handoff import NOTICE_MS, announce, hand_off, home_of, moved_entries, take_over
 from speed_layer.hot import HotVideos
 from speed_layer.judge import REACTION, judge_view
 from speed_layer.partition_store import ALREADY, FENCED, PartitionStore, encode
@@ -56,16 +58,25 @@ class _Commit:
     generation: int
     first_offset: int
     last_offset: int
-    entry: dict[str, Any]
-    records: int
-    events: int
-    applied: int
-    duplicates: int
-    skipped: int
-    rejected: dict[str, int]
+    entry: dict[str, Any] = field(default_factory=dict)
+    records: int = 0
+    events: int = 0
+    applied: int = 0
+    duplicates: int = 0
+    skipped: int = 0
+    held: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
     snapshot: bytes | None = None
     encoded: bytes = b""
     sketches: bytes = b""
+    same_offset: bool = False  # no new record, but changes (a hand-off taken over, a plan)
+    announce: dict[str, ShardPlan] = field(default_factory=dict)
+    closing: list[str] = field(default_factory=list)
+
+    @property
+    def due(self) -> bool:
+        """Whether it commits anything."""
+        return self.last_offset >= self.first_offset or self.same_offset
 
 
 @dataclass
@@ -131,6 +142,9 @@ class StateCounter:
             state = self._new_state()
             last = await self._retry(lambda p=partition, s=state: self._store.restore(p, s))  # type: ignore[misc]
             self.owned[partition] = _Owned(state, generation)
+            plans = {v: ShardPlan(p[0], p[1]) for v, p in state.plans.items() if not p[2]}
+            if plans:
+                await self._retry(lambda plans=plans: announce(self._client, plans))  # type: ignore[misc]
             if last is not None:
                 plan = plan_sink(last, state, self._part(partition), self._now(), self._settings.retention_ms)
                 await self._retry(lambda plan=plan: sink(self._client, plan))  # type: ignore[misc]
@@ -141,12 +155,37 @@ class StateCounter:
             restore_ms=round((time.perf_counter() - started) * 1000, 1),
         )
 
+    async def prepare(self, records: list[Record]) -> None:
+        """Before a batch is planned: take over the hand-offs that the events held in this worker's
+        partitions wait for, and apply those events (their changes go with the partition's next
+        commit)."""
+        bot_filter = self.bot_rules.current()
+        for partition, owned in list(self.owned.items()):
+            waiting = sorted(owned.state.pending)
+            if not waiting:
+                continue
+            parts = await self._retry(lambda w=waiting, p=partition: take_over(self._client, w, p))  # type: ignore[misc]
+            for video, entries in parts.items():
+                scratch = _Commit(partition, owned.generation, 0, 0)
+                for event in owned.state.take_over(video, entries):
+                    self._apply(owned.state, event, bot_filter, scratch)
+                logs.info(
+                    "handoff_taken_over",
+                    video=video,
+                    partition=partition,
+                    entries=len(entries),
+                    held_applied=scratch.applied,
+                    held_duplicates=scratch.duplicates,
+                )
+
     def plan(self, records: list[Record]) -> PlannedBatch:
         """Apply a micro-batch to the partitions' states (CPU only); records of a partition this
-        worker does not own are left for its owner."""
+        worker does not own are left for its owner. The events of a video whose home is another
+        partition wait until this partition has taken over their viewers' state (`handoff`)."""
         started = time.perf_counter()
         bot_filter = self.bot_rules.current()
-        commits: list[_Commit] = []
+        partitions = self._settings.topic_partitions
+        commits: dict[int, _Commit] = {}
         dead_letters: list[tuple[Record, PoisonRecord]] = []
         per_video: dict[str, int] = {}
         newest = 0
@@ -155,9 +194,7 @@ class StateCounter:
             if owned is None:
                 continue
             state = owned.state
-            commit = _Commit(
-                partition, owned.generation, group[0].offset, state.offset, {}, 0, 0, 0, 0, 0, {}
-            )
+            commit = commits[partition] = _Commit(partition, owned.generation, group[0].offset, state.offset)
             for record in group:
                 commit.records += 1
                 if record.offset <= state.offset:
@@ -169,30 +206,62 @@ class StateCounter:
                     dead_letters.append((record, exc))
                     events = []
                 for event in events:
-                    per_video[event.video_id] = per_video.get(event.video_id, 0) + 1
-                    self._apply(state, event, bot_filter, commit)
+                    video = event.video_id
+                    per_video[video] = per_video.get(video, 0) + 1
+                    if video in state.imported or home_of(video, partitions) == partition:
+                        self._apply(state, event, bot_filter, commit)
+                    else:
+                        state.hold(event)
+                        commit.held += 1
                 if events and (events[-1].ingest_ts or 0) > newest:
                     newest = events[-1].ingest_ts or 0
                 commit.events += len(events)
                 state.offset = record.offset
             commit.last_offset = state.offset
-            commit.entry = state.delta()
-            if commit.last_offset >= commit.first_offset:
-                # The changelog keeps the state; the sketches' digests are kept for the last batch only.
-                commit.encoded = encode({k: v for k, v in commit.entry.items() if k != "sketches"})
-                commit.sketches = _encoder.encode(commit.entry["sketches"])
-                entry_bytes = len(commit.encoded)
-                owned.log_bytes += entry_bytes
-                if owned.log_bytes > max(owned.snapshot_bytes, MIN_LOG_BYTES):
-                    state.trim()
-                    commit.snapshot = encode(state.snapshot())
-                    owned.snapshot_bytes, owned.log_bytes = len(commit.snapshot), entry_bytes
-            commits.append(commit)
-        hot = self.hot.observe(per_video, newest, self._now()) if newest else {}
+        now = self._now()
+        hot = self.hot.observe(per_video, newest, now) if newest else {}
+        self._plan_shards(hot, now)
+        for partition, owned in self.owned.items():
+            if partition not in commits and owned.state.changed:  # a hand-off taken over, a plan
+                commits[partition] = _Commit(
+                    partition, owned.generation, owned.state.offset + 1, owned.state.offset
+                )
+        for partition, commit in commits.items():
+            self._seal(self.owned[partition], commit)
         metrics.PLAN_SECONDS.observe(time.perf_counter() - started)
-        return PlannedBatch(
-            len(records), StatePlan([], dead_letters, hot, commits, self._settings.events_topic), started
-        )
+        plan = StatePlan([], dead_letters, hot, list(commits.values()), self._settings.events_topic)
+        return PlannedBatch(len(records), plan, started)
+
+    def _plan_shards(self, hot: dict[str, int], now: int) -> None:
+        """Plan the shards of the hot videos whose home partition this worker owns (once a video)."""
+        shards = self._settings.max_video_shards
+        if shards <= 1:
+            return
+        for video in hot:
+            owned = self.owned.get(home_of(video, self._settings.topic_partitions))
+            if owned is not None and video not in owned.state.plans:
+                owned.state.plan_shards(video, shards, now + NOTICE_MS)
+
+    def _seal(self, owned: _Owned, commit: _Commit) -> None:
+        """Take a partition's changes into its commit: the changelog entry, the sketches, a snapshot
+        when the changelog outweighs the last one, the plans to announce and the hand-offs due."""
+        state = owned.state
+        commit.same_offset = commit.last_offset < commit.first_offset and state.changed
+        if commit.last_offset < commit.first_offset and not commit.same_offset:
+            return  # every record was committed before: nothing to do
+        commit.closing = state.closing(self._settings.delivery_timeout_ms)
+        commit.entry = state.delta()
+        plans: dict[str, list[int] | None] = commit.entry["plans"]  # type: ignore[assignment]
+        commit.announce = {v: ShardPlan(p[0], p[1]) for v, p in plans.items() if p is not None and not p[2]}
+        # The changelog keeps the state; the sketches' digests are kept for the last batch only.
+        commit.encoded = encode({k: v for k, v in commit.entry.items() if k != "sketches"})
+        commit.sketches = _encoder.encode(commit.entry["sketches"])
+        entry_bytes = len(commit.encoded)
+        owned.log_bytes += entry_bytes
+        if owned.log_bytes > max(owned.snapshot_bytes, MIN_LOG_BYTES):
+            state.trim()
+            commit.snapshot = encode(state.snapshot())
+            owned.snapshot_bytes, owned.log_bytes = len(commit.snapshot), entry_bytes
 
     def _apply(self, state: PartitionState, event: Any, bot_filter: Any, commit: _Commit) -> None:
         state.arrive(event.ingest_ts)
@@ -202,12 +271,13 @@ class StateCounter:
             return
         if kind == "view":
             viewer = rules.viewer_of(event)
-            verdict = judge_view(event, viewer, state.is_first_copy(event.event_id), self.windows, bot_filter)
+            first = state.is_first_copy(event.video_id, event.event_id)
+            verdict = judge_view(event, viewer, first, self.windows, bot_filter)
         elif kind in rules.REACTION_STATE and event.user_id is not None:
             viewer, verdict = event.user_id, REACTION
         else:
             return
-        if state.count(event, verdict, viewer):
+        if state.count(event, verdict, viewer, rules.viewer_digest(viewer)):
             commit.applied += 1
             if verdict.startswith("rejected:"):
                 commit.rejected[verdict] = commit.rejected.get(verdict, 0) + 1
@@ -220,36 +290,37 @@ class StateCounter:
         assert isinstance(plan, StatePlan)
         await send_dead_letters(plan, self._send_dead_letter)
         started = time.perf_counter()
-        commits: list[_Commit] = [c for c in plan.commits if c.last_offset >= c.first_offset]
+        commits: list[_Commit] = [c for c in plan.commits if c.due]
         answers = await self._retry(
             lambda: self._store.commit(
                 [
-                    (c.partition, c.generation, c.last_offset, c.encoded, c.sketches, c.snapshot)
+                    (
+                        c.partition,
+                        c.generation,
+                        c.last_offset,
+                        c.encoded,
+                        c.sketches,
+                        c.same_offset,
+                        c.snapshot,
+                    )
                     for c in commits
                 ]
             )
         )
         results = []
-        shards = {video: (n, self.hot.ttl_ms) for video, n in plan.hot.items()}
         for commit, (status, value) in zip(commits, answers, strict=True):
             fenced = status == FENCED
+            owned = self.owned.get(commit.partition)
             if fenced:
-                owned = self.owned.get(commit.partition)
                 if owned is not None and owned.generation == commit.generation:
                     del self.owned[commit.partition]  # another worker owns it now
             elif status != ALREADY:
-                owned = self.owned.get(commit.partition)
                 state = owned.state if owned is not None else self._new_state()
-                sunk = plan_sink(
-                    commit.entry,
-                    state,
-                    self._part(commit.partition),
-                    self._now(),
-                    self._settings.retention_ms,
-                    shards,
-                )
-                shards = {}
+                part = self._part(commit.partition)
+                sunk = plan_sink(commit.entry, state, part, self._now(), self._settings.retention_ms)
                 await self._retry(lambda sunk=sunk: sink(self._client, sunk))  # type: ignore[misc]
+                if owned is not None:
+                    await self._hand_over(owned, commit)
             results.append(
                 WriteResult(
                     self._settings.events_topic,
@@ -262,13 +333,19 @@ class StateCounter:
                     fenced,
                 )
             )
-        skipped_whole = [c for c in plan.commits if c.last_offset < c.first_offset]
-        for c in skipped_whole:
-            results.append(
-                WriteResult(
-                    self._settings.events_topic, c.partition, c.last_offset, c.last_offset, 0, 0, c.skipped
+        for c in plan.commits:
+            if not c.due:  # every record committed before
+                results.append(
+                    WriteResult(
+                        self._settings.events_topic,
+                        c.partition,
+                        c.last_offset,
+                        c.last_offset,
+                        0,
+                        0,
+                        c.skipped,
+                    )
                 )
-            )
         metrics.FLUSH_SECONDS.labels(WORKER).observe(time.perf_counter() - started)
         report = BatchReport(batch.records, plan.events, len(plan.dead_letters), results, plan.hot)
         rejected: dict[str, int] = {}
@@ -279,8 +356,28 @@ class StateCounter:
         observe_batch(report, rejected, batch.planned_at)
         return report
 
+    async def _hand_over(self, owned: _Owned, commit: _Commit) -> None:
+        """After a commit of a home partition: announce the shard plans it holds, and hand off the
+        videos whose every event before their plan is applied (a crash before the hand-off is
+        marked in the state makes the next owner do it again: the same values)."""
+        if commit.announce:
+            await self._retry(lambda: announce(self._client, commit.announce))
+        for video in commit.closing:
+            shards = owned.state.plans[video][0]
+            moved = moved_entries(owned.state, video, shards, self._settings.topic_partitions)
+            await self._retry(lambda v=video, m=moved: hand_off(self._client, v, m))  # type: ignore[misc]
+            owned.state.close(video)
+            logs.info(
+                "handoff_written",
+                video=video,
+                home=commit.partition,
+                partitions=sorted(moved),
+                entries=sum(len(m) for m in moved.values()),
+            )
+
     async def handle(self, records: list[Record]) -> BatchReport:
-        """Count a micro-batch exactly once: apply it, then commit and sink it."""
+        """Count a micro-batch exactly once: take over what waits, apply it, commit and sink it."""
+        await self.prepare(records)
         return await self.write(self.plan(records))
 
     def _now(self) -> int:

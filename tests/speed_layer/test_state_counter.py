@@ -14,8 +14,12 @@ import redis.asyncio as aioredis
 from counting import keys, oracle, rules
 from counting.event import Event
 from counting.settings import Settings
+from counting.values import ShardPlan, decode_shard_plan
+from counting.wire import encode_events, partition_for, record_key
+from ingest.publisher import shard_for
 from serving_layer.speed import read_speed
 from speed_layer import state_counter
+from speed_layer.handoff import home_of
 from speed_layer.records import Record
 from speed_layer.state import TABLES
 from speed_layer.state_counter import StateCounter
@@ -24,11 +28,18 @@ from tests.speed_layer.helpers import Traffic, no_dead_letters, pack, speed_coun
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 3
+T0 = 1_800_000_000_000  # on a bucket edge of the tests' 2 s buckets
 
 
-async def _worker(settings: Settings, client: aioredis.Redis) -> StateCounter:
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    """The tests' settings on a topic of PARTITIONS partitions, as the records are packed."""
+    return settings.model_copy(update={"topic_partitions": PARTITIONS})
+
+
+async def _worker(settings: Settings, client: aioredis.Redis, partitions: int = PARTITIONS) -> StateCounter:
     worker = StateCounter(settings, client, no_dead_letters)
-    await worker.claim(settings.events_topic, list(range(PARTITIONS)))
+    await worker.claim(settings.events_topic, list(range(partitions)))
     return worker
 
 
@@ -211,3 +222,81 @@ async def test_counts_equal_the_oracle_on_a_redis_cluster(settings: Settings, re
         await client.aclose()
         cluster.flushall()
         cluster.close()
+
+
+def _route(events: list[Event], plan: ShardPlan, partitions: int, offsets: dict[int, int]) -> list[Record]:
+    """Records as the ingest API makes them under a video's shard plan (its real routing), up to
+    three events a record, offsets following `offsets` (per partition, updated)."""
+    by_partition: dict[int, list[Event]] = {}
+    for event in events:
+        key = record_key(event.video_id, shard_for(event, plan))
+        by_partition.setdefault(partition_for(key, partitions), []).append(event)
+    records = []
+    for partition, mine in sorted(by_partition.items()):
+        for start in range(0, len(mine), 3):
+            offset = offsets.get(partition, 0)
+            offsets[partition] = offset + 1
+            records.append(Record("t", partition, offset, encode_events(mine[start : start + 3])))
+    return records
+
+
+async def test_viewers_moving_to_a_hot_videos_shards_are_counted_exactly(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
+) -> None:
+    """A video gets hot at its home partition, which plans its shards; the viewers that move take
+    their retries, windows, first buckets and reactions to their new partition (another worker),
+    whose events wait there until the home hands their state over."""
+    partitions = 4
+    hot = settings.model_copy(
+        update={"topic_partitions": partitions, "hot_video_events_per_sec": 20, "max_video_shards": 8}
+    )
+    home = home_of("viral", partitions)
+    now = [0.0]
+    at_home = StateCounter(hot, aclient, no_dead_letters, clock=lambda: now[0])
+    elsewhere = StateCounter(hot, aclient, no_dead_letters, clock=lambda: now[0])
+    await at_home.claim(hot.events_topic, [home])
+    await elsewhere.claim(hot.events_topic, [p for p in range(partitions) if p != home])
+
+    traffic = Traffic(seed=47, now_ms=T0, step_ms=30)
+    users = [f"u{i}" for i in range(120)]
+    before = [traffic.view("viral", traffic.rng.choice(users), ts=T0) for _ in range(200)]
+    before += [traffic.event("like", "viral", user_id=u, ts=T0 + i) for i, u in enumerate(users[:40])]
+    before += [traffic.view("viral", u, watch=10.0, ts=T0) for u in users[40:50]]  # short views
+    offsets: dict[int, int] = {}
+    records = _route(before, ShardPlan(), partitions, offsets)
+    assert {r.partition for r in records} == {home}
+    for second in range(0, 12_000, 1_000):  # the home counts it second by second: it gets hot
+        batch = [
+            r
+            for r in records
+            if T0 + second <= min(e.ingest_ts or 0 for e in Traffic.decode(r)) < T0 + second + 1_000
+        ]
+        if batch:
+            now[0] = max(e.ingest_ts or 0 for r in batch for e in Traffic.decode(r)) / 1000
+            await at_home.handle(batch)
+    raw = redis_client.get(keys.shards("viral"))
+    assert raw is not None, "the home partition planned the hot video's shards"
+    plan = decode_shard_plan(raw)
+    assert plan.shards == 8 and plan.active_from > T0
+
+    after = [traffic.retry(e) for e in before[:60]]  # retries of events counted at home
+    after += [traffic.view("viral", u, ts=T0 + 5) for u in users]  # the same windows: repeats
+    after += [traffic.event("unlike", "viral", user_id=u, ts=T0 + 10_000) for u in users[:20]]
+    after += [traffic.view("viral", f"new{i}") for i in range(60)]
+    traffic.clock = plan.active_from + hot.delivery_timeout_ms  # past the plan, and its grace
+    after += [traffic.view("viral", f"late{i}") for i in range(40)]
+    moved = _route(after, plan, partitions, offsets)
+    away = [r for r in moved if r.partition != home]
+    assert away and any(r.partition == home for r in moved)
+    assert any(e.event_id in {b.event_id for b in before} for r in away for e in Traffic.decode(r))
+
+    now[0] = plan.active_from / 1000
+    held = await elsewhere.handle(away)  # before the home handed anything over: they wait
+    assert held.applied == 0
+    await at_home.handle([r for r in moved if r.partition == home])  # past the grace: the hand-off
+    assert redis_client.exists(keys.handoff_closed("viral"))
+    await elsewhere.handle([])  # takes over, applies what waited, commits it
+    events = before + after
+    _at_every_edge(redis_client, hot, events)
+    restored = await _worker(hot.model_copy(update={"topic_partitions": partitions}), aclient, partitions)
+    assert all(not owned.state.pending for owned in restored.owned.values())
