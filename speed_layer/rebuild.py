@@ -21,6 +21,7 @@ from counting.settings import Settings
 from counting.wire import encode_events
 from speed_layer.counter import plan_batch
 from speed_layer.deadletter import DeadLetter
+from speed_layer.handoff import announce
 from speed_layer.records import Record
 from speed_layer.redis_writer import RedisWriter
 from speed_layer.state_counter import StateCounter
@@ -86,12 +87,14 @@ async def rebuild(
     partitions = sorted({r.partition for r in records})
     events = 0
     if settings.counter_state == "worker":  # the state counter itself, from the restored (lost) state
-        counter = StateCounter(settings, client, _archived_records_are_decoded)
-        await counter.claim(settings.events_topic, partitions)
+        counter = StateCounter(settings, client, _archived_records_are_decoded, rebuilding=True)
+        await counter.claim(settings.events_topic, list(range(settings.topic_partitions)))
         for chunk in partition_runs(records, RECORDS_PER_WRITE):
             events += (await counter.handle(chunk)).events
             if on_progress is not None:
                 on_progress(len(chunk))
+        await counter.handle([])  # what the last records changed without a record of their own
+        await announce(client, counter.plans())  # the hot videos' plans, as the log shows them
         return _report(records, events, started)
     writer = RedisWriter(client)
     generations = await writer.claim(settings.events_topic, partitions) if partitions else {}

@@ -113,9 +113,15 @@ class StateCounter:
         client: aioredis.Redis,
         send_dead_letter: SendDeadLetter,
         clock: Callable[[], float] = time.time,
+        rebuilding: bool = False,
     ) -> None:
+        """`rebuilding`: replaying the archived log in ingestion order with every partition (`tally
+        speed rebuild`): no shard is planned from velocities; a hot video's plan is read from the
+        log instead (its first event at another partition than its home), and the state of its
+        moving viewers is taken over from the home's state in memory."""
         self._settings = settings
         self._client = client
+        self._rebuilding = rebuilding
         self._store = PartitionStore(client, settings.events_topic)
         self._send_dead_letter = send_dead_letter
         self._clock = clock
@@ -208,7 +214,10 @@ class StateCounter:
                 for event in events:
                     video = event.video_id
                     per_video[video] = per_video.get(video, 0) + 1
-                    if video in state.imported or home_of(video, partitions) == partition:
+                    home = home_of(video, partitions)
+                    if video not in state.imported and home != partition and self._rebuilding:
+                        self._take_over_from_home(video, home, partition, event)
+                    if video in state.imported or home == partition:
                         self._apply(state, event, bot_filter, commit)
                     else:
                         state.hold(event)
@@ -220,7 +229,8 @@ class StateCounter:
             commit.last_offset = state.offset
         now = self._now()
         hot = self.hot.observe(per_video, newest, now) if newest else {}
-        self._plan_shards(hot, now)
+        if not self._rebuilding:
+            self._plan_shards(hot, now)
         for partition, owned in self.owned.items():
             if partition not in commits and owned.state.changed:  # a hand-off taken over, a plan
                 commits[partition] = _Commit(
@@ -241,6 +251,31 @@ class StateCounter:
             owned = self.owned.get(home_of(video, self._settings.topic_partitions))
             if owned is not None and video not in owned.state.plans:
                 owned.state.plan_shards(video, shards, now + NOTICE_MS)
+
+    def _take_over_from_home(self, video: str, home: int, partition: int, event: Any) -> None:
+        """Rebuilding: the first event of a video at another partition than its home marks when its
+        plan held (every later event is routed by it); the home's state, which holds every event
+        ingested before (the log is replayed in ingestion order), hands the moving viewers over."""
+        owned = self.owned.get(home)
+        if owned is None:
+            return
+        shards = self._settings.max_video_shards
+        if video not in owned.state.plans:
+            owned.state.plan_shards(video, shards, event.ingest_ts)
+            owned.state.close(video)
+        moved = moved_entries(
+            owned.state, video, owned.state.plans[video][0], self._settings.topic_partitions
+        )
+        entries = {name.encode(): value for name, value in moved.get(partition, {}).items()}
+        self.owned[partition].state.take_over(video, entries)
+
+    def plans(self) -> dict[str, ShardPlan]:
+        """The shard plans of the videos whose home partition this worker owns."""
+        return {
+            video: ShardPlan(plan[0], plan[1])
+            for owned in self.owned.values()
+            for video, plan in owned.state.plans.items()
+        }
 
     def _seal(self, owned: _Owned, commit: _Commit) -> None:
         """Take a partition's changes into its commit: the changelog entry, the sketches, a snapshot

@@ -19,7 +19,9 @@ from counting.wire import encode_events, partition_for, record_key
 from ingest.publisher import shard_for
 from serving_layer.speed import read_speed
 from speed_layer import state_counter
+from speed_layer.archiver import ParquetLog
 from speed_layer.handoff import home_of
+from speed_layer.rebuild import rebuild
 from speed_layer.records import Record
 from speed_layer.state import TABLES
 from speed_layer.state_counter import StateCounter
@@ -224,7 +226,9 @@ async def test_counts_equal_the_oracle_on_a_redis_cluster(settings: Settings, re
         cluster.close()
 
 
-def _route(events: list[Event], plan: ShardPlan, partitions: int, offsets: dict[int, int]) -> list[Record]:
+def _route(
+    topic: str, events: list[Event], plan: ShardPlan, partitions: int, offsets: dict[int, int]
+) -> list[Record]:
     """Records as the ingest API makes them under a video's shard plan (its real routing), up to
     three events a record, offsets following `offsets` (per partition, updated)."""
     by_partition: dict[int, list[Event]] = {}
@@ -236,20 +240,18 @@ def _route(events: list[Event], plan: ShardPlan, partitions: int, offsets: dict[
         for start in range(0, len(mine), 3):
             offset = offsets.get(partition, 0)
             offsets[partition] = offset + 1
-            records.append(Record("t", partition, offset, encode_events(mine[start : start + 3])))
+            records.append(Record(topic, partition, offset, encode_events(mine[start : start + 3])))
     return records
 
 
-async def test_viewers_moving_to_a_hot_videos_shards_are_counted_exactly(
-    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
-) -> None:
+async def _move_a_hot_video(
+    hot: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
+) -> tuple[list[Event], list[Record]]:
     """A video gets hot at its home partition, which plans its shards; the viewers that move take
     their retries, windows, first buckets and reactions to their new partition (another worker),
-    whose events wait there until the home hands their state over."""
-    partitions = 4
-    hot = settings.model_copy(
-        update={"topic_partitions": partitions, "hot_video_events_per_sec": 20, "max_video_shards": 8}
-    )
+    whose events wait there until the home hands their state over. Returns the events and every
+    record, as counted."""
+    partitions = hot.topic_partitions
     home = home_of("viral", partitions)
     now = [0.0]
     at_home = StateCounter(hot, aclient, no_dead_letters, clock=lambda: now[0])
@@ -263,14 +265,10 @@ async def test_viewers_moving_to_a_hot_videos_shards_are_counted_exactly(
     before += [traffic.event("like", "viral", user_id=u, ts=T0 + i) for i, u in enumerate(users[:40])]
     before += [traffic.view("viral", u, watch=10.0, ts=T0) for u in users[40:50]]  # short views
     offsets: dict[int, int] = {}
-    records = _route(before, ShardPlan(), partitions, offsets)
+    records = _route(hot.events_topic, before, ShardPlan(), partitions, offsets)
     assert {r.partition for r in records} == {home}
     for second in range(0, 12_000, 1_000):  # the home counts it second by second: it gets hot
-        batch = [
-            r
-            for r in records
-            if T0 + second <= min(e.ingest_ts or 0 for e in Traffic.decode(r)) < T0 + second + 1_000
-        ]
+        batch = [r for r in records if T0 + second <= _first_ingest(r) < T0 + second + 1_000]
         if batch:
             now[0] = max(e.ingest_ts or 0 for r in batch for e in Traffic.decode(r)) / 1000
             await at_home.handle(batch)
@@ -285,7 +283,7 @@ async def test_viewers_moving_to_a_hot_videos_shards_are_counted_exactly(
     after += [traffic.view("viral", f"new{i}") for i in range(60)]
     traffic.clock = plan.active_from + hot.delivery_timeout_ms  # past the plan, and its grace
     after += [traffic.view("viral", f"late{i}") for i in range(40)]
-    moved = _route(after, plan, partitions, offsets)
+    moved = _route(hot.events_topic, after, plan, partitions, offsets)
     away = [r for r in moved if r.partition != home]
     assert away and any(r.partition == home for r in moved)
     assert any(e.event_id in {b.event_id for b in before} for r in away for e in Traffic.decode(r))
@@ -296,7 +294,47 @@ async def test_viewers_moving_to_a_hot_videos_shards_are_counted_exactly(
     await at_home.handle([r for r in moved if r.partition == home])  # past the grace: the hand-off
     assert redis_client.exists(keys.handoff_closed("viral"))
     await elsewhere.handle([])  # takes over, applies what waited, commits it
-    events = before + after
+    return before + after, records + moved
+
+
+def _first_ingest(record: Record) -> int:
+    return min(e.ingest_ts or 0 for e in Traffic.decode(record))
+
+
+async def test_viewers_moving_to_a_hot_videos_shards_are_counted_exactly(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
+) -> None:
+    hot = settings.model_copy(
+        update={"topic_partitions": 4, "hot_video_events_per_sec": 20, "max_video_shards": 8}
+    )
+    events, _ = await _move_a_hot_video(hot, aclient, redis_client)
     _at_every_edge(redis_client, hot, events)
-    restored = await _worker(hot.model_copy(update={"topic_partitions": partitions}), aclient, partitions)
+    restored = await _worker(hot, aclient, hot.topic_partitions)
     assert all(not owned.state.pending for owned in restored.owned.values())
+
+
+async def test_a_rebuild_reads_a_hot_videos_plan_from_the_log(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
+) -> None:
+    """After Redis lost everything, `tally speed rebuild` replays the archived log: the moving
+    viewers' state is handed over in memory, the plan is published again as the log shows it, and
+    the counts equal the oracle's."""
+    hot = settings.model_copy(
+        update={
+            "topic_partitions": 4,
+            "hot_video_events_per_sec": 20,
+            "max_video_shards": 8,
+            "counter_state": "worker",
+        }
+    )
+    events, records = await _move_a_hot_video(hot, aclient, redis_client)
+    ParquetLog(hot.raw_dir, hot.events_topic).write(records)
+    plan = decode_shard_plan(redis_client.get(keys.shards("viral")) or b"")
+    redis_client.flushdb()
+
+    await rebuild(hot, aclient)
+
+    _at_every_edge(redis_client, hot, events)
+    rebuilt = decode_shard_plan(redis_client.get(keys.shards("viral")) or b"")
+    moved_first = min(_first_ingest(r) for r in records if r.partition != home_of("viral", 4))
+    assert rebuilt.shards == plan.shards and plan.active_from <= rebuilt.active_from <= moved_first
