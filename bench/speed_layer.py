@@ -7,7 +7,9 @@ per partition, hot videos keyed `video_id#k`), then measures in the same run:
 
 (a) a plain confluent-kafka consumer that reads the records and decodes their events, nothing else;
 (b) the Tally counter (`python -m speed_layer counter`, one worker process) from the same topic into
-    Redis, with dedup, bot scoring, sketches, trending and the exactly-once offsets on;
+    Redis, with dedup, bot scoring, sketches, trending and the exactly-once offsets on: `counter`
+    is the Redis-state counter (TALLY_COUNTER_STATE=redis), `worker_state_counter` the one with
+    its state in the worker (the default);
 and, between them, the exactly-once floor (`bench.speed_floor`): decode, one dedup marker an event
 and the offset in one Lua write, nothing else, which bounds what any counter of this design reaches
 (and the same floor with the markers checked in the worker's memory, an alternative to the design);
@@ -215,8 +217,14 @@ def _scenario(
         )
     _empty_redis(settings.redis_url)  # the counter starts from an empty Redis, as the floors did
     print(f"[{name}] counter", file=sys.stderr)
-    counter = counter_run(settings, records, len(events))
+    counter = counter_run(settings.model_copy(update={"counter_state": "redis"}), records, len(events))
     _empty_redis(settings.redis_url)
+    # The traffic starts sharded: as if each hot video's home had handed its viewers over already
+    # (nothing to move), so its shards count from the first record (speed_layer/handoff.py).
+    client = redis.Redis.from_url(settings.redis_url)
+    for video in shards:
+        client.set(keys.handoff_closed(video), "1")
+    client.close()
     print(f"[{name}] counter with its state in the worker", file=sys.stderr)
     state = counter_run(settings.model_copy(update={"counter_state": "worker"}), records, len(events))
     return {

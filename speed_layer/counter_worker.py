@@ -129,6 +129,8 @@ class Counter(Protocol):
 
     async def claim(self, topic: str, partitions: list[int]) -> None: ...
 
+    async def prepare(self, records: list[Record]) -> None: ...
+
     def plan(self, records: list[Record]) -> PlannedBatch: ...
 
     async def write(self, batch: PlannedBatch) -> BatchReport: ...
@@ -202,6 +204,9 @@ class CounterWorker:
         observe_batch(report, rejected, batch.planned_at)
         return report
 
+    async def prepare(self, records: list[Record]) -> None:
+        """Nothing to do before planning (the Redis-state counter keeps no partition state)."""
+
     async def handle(self, records: list[Record]) -> BatchReport:
         """Count a micro-batch exactly once: plan it, then write it."""
         return await self.write(self.plan(records))
@@ -255,6 +260,7 @@ async def count_stream(
     try:
         async for messages in batches:
             records = [consumed.record_of(m) for m in messages]
+            await worker.prepare(records)
             batch = worker.plan(records)
             if writing is not None:
                 await writing

@@ -15,3 +15,7 @@ class PoisonRecord(SpeedLayerError, ValueError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class RebuildRefused(SpeedLayerError):
+    """`tally speed rebuild` would add the log's counts to counts already in Redis."""

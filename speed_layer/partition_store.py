@@ -51,6 +51,14 @@ class PartitionStore:
             generations = await pipe.execute()
         return {p: int(g) for p, g in zip(partitions, generations, strict=True)}
 
+    async def owners(self, partitions: list[int]) -> dict[int, int]:
+        """The owner generation of each partition now (0: never claimed)."""
+        async with self._client.pipeline(transaction=False) as pipe:
+            for partition in partitions:
+                pipe.get(_keys(self._topic, partition)[1])
+            found = await pipe.execute()
+        return {p: int(g or 0) for p, g in zip(partitions, found, strict=True)}
+
     async def restore(self, partition: int, state: PartitionState) -> dict[str, Any] | None:
         """Load the partition's snapshot and changelog into `state`; return the last entry (the one
         whose counts may not have reached the read keys yet), None when nothing was committed."""

@@ -15,12 +15,14 @@ from dataclasses import dataclass
 import pyarrow.dataset as ds
 import redis.asyncio as aioredis
 
+from counting import keys
 from counting.event import Event
 from counting.logschema import EVENT_COLUMNS
 from counting.settings import Settings
 from counting.wire import encode_events
 from speed_layer.counter import plan_batch
 from speed_layer.deadletter import DeadLetter
+from speed_layer.errors import RebuildRefused
 from speed_layer.handoff import announce
 from speed_layer.records import Record
 from speed_layer.redis_writer import RedisWriter
@@ -78,11 +80,25 @@ def partition_runs(records: list[Record], limit: int) -> list[list[Record]]:
 
 
 async def rebuild(
-    settings: Settings, client: aioredis.Redis, on_progress: Callable[[int], None] | None = None
+    settings: Settings,
+    client: aioredis.Redis,
+    on_progress: Callable[[int], None] | None = None,
+    replace: bool = False,
 ) -> RebuildReport:
     """Replay the whole archived log into Redis (the viewer sets and window markers need every
-    event, not only those after the cutoff, for the counts after it to be exact)."""
+    event, not only those after the cutoff, for the counts after it to be exact). `replace` first
+    deletes the speed layer's keys (`speed_keys`): for counts the other counter wrote, or a state
+    partly lost."""
     started = time.monotonic()
+    if replace:
+        await delete_speed_keys(client)
+    elif settings.counter_state == "worker" and await _counts_without_state(settings, client):
+        raise RebuildRefused(
+            f"Redis at {settings.redis_url} holds speed counts that no partition of the state counter "
+            "committed (written with TALLY_COUNTER_STATE=redis, or its state was partly lost): a replay "
+            "would add to them. Run 'tally speed rebuild --replace' to delete the speed layer's keys "
+            "first (the ingest API's reactions and rate limits and the archiver's positions stay)"
+        )
     records = archived_records(settings)
     partitions = sorted({r.partition for r in records})
     events = 0
@@ -106,6 +122,40 @@ async def rebuild(
         if on_progress is not None:
             on_progress(len(chunk))
     return _report(records, events, started)
+
+
+# Keys under the prefix that are not the speed layer's: the ingest API's acknowledged reactions and
+# rate windows, and the archiver's positions and watermark.
+KEPT = (":user-reactions", f"{keys.PREFIX}:rate:", f"{keys.PREFIX}:archiver:")
+
+
+def is_speed_key(name: str) -> bool:
+    return name.startswith(f"{keys.PREFIX}:") and not any(
+        name.endswith(k) if k.startswith(":") else name.startswith(k) for k in KEPT
+    )
+
+
+async def delete_speed_keys(client: aioredis.Redis) -> int:
+    """Delete the speed layer's keys (what the counters write); returns how many."""
+    doomed = [k async for k in client.scan_iter(match=f"{keys.PREFIX}:*", count=1_000)]
+    names = [k.decode() if isinstance(k, bytes) else str(k) for k in doomed]
+    speed = [n for n in names if is_speed_key(n)]
+    for start in range(0, len(speed), 1_000):
+        async with client.pipeline(transaction=False) as pipe:  # one DEL a key: many slots on a cluster
+            for name in speed[start : start + 1_000]:
+                pipe.delete(name)
+            await pipe.execute()
+    return len(speed)
+
+
+async def _counts_without_state(settings: Settings, client: aioredis.Redis) -> bool:
+    """Whether Redis has speed counts but no partition state of the state counter."""
+    async with client.pipeline(transaction=False) as pipe:
+        for partition in range(settings.topic_partitions):
+            pipe.exists(keys.counter_offset(settings.events_topic, partition, "worker"))
+        pipe.scard(keys.videos_index())
+        *states, videos = await pipe.execute()
+    return bool(videos) and not any(states)
 
 
 async def _archived_records_are_decoded(letter: DeadLetter) -> None:

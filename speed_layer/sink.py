@@ -141,8 +141,13 @@ async def sink(client: aioredis.Redis, plan: SinkPlan) -> None:
             for i in range(0, len(answer), 2):
                 trending[int(answer[i])][video] = int(answer[i + 1])
         for bucket, views in trending.items():
-            pipe.zadd(keys.trending(bucket), views)
-            pipe.pexpireat(keys.trending(bucket), plan.views_expiry[bucket])
+            counted = {video: n for video, n in views.items() if n > 0}
+            if counted:
+                pipe.zadd(keys.trending(bucket), counted)
+                pipe.pexpireat(keys.trending(bucket), plan.views_expiry[bucket])
+            gone = [video for video, n in views.items() if n <= 0]
+            if gone:  # its views moved to another bucket: not in this bucket's ranking
+                pipe.zrem(keys.trending(bucket), *gone)
         if plan.videos:
             pipe.sadd(keys.videos_index(), *plan.videos)
         await pipe.execute()

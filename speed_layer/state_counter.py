@@ -142,6 +142,13 @@ class StateCounter:
         their last committed entry again (its counts may not have reached the read keys)."""
         if not partitions or topic != self._settings.events_topic:
             return
+        # A partition this worker claimed already (its records can come before the assignment's
+        # callback) and no other worker claimed since keeps its state: claiming it again would fence
+        # the batches in flight.
+        owners = await self._retry(lambda: self._store.owners(partitions))
+        partitions = [p for p in partitions if p not in self.owned or owners[p] != self.owned[p].generation]
+        if not partitions:
+            return
         generations = await self._retry(lambda: self._store.claim(partitions))
         started = time.perf_counter()
         for partition, generation in generations.items():
@@ -162,9 +169,12 @@ class StateCounter:
         )
 
     async def prepare(self, records: list[Record]) -> None:
-        """Before a batch is planned: take over the hand-offs that the events held in this worker's
-        partitions wait for, and apply those events (their changes go with the partition's next
-        commit)."""
+        """Before a batch is planned: claim the partitions of its records this worker does not own
+        yet, take over the hand-offs that the events held in its partitions wait for, and apply
+        those events (their changes go with the partition's next commit)."""
+        unowned = sorted({r.partition for r in records} - set(self.owned))
+        if unowned:  # records of an assignment whose callback has not run yet: they are this worker's
+            await self.claim(self._settings.events_topic, unowned)
         bot_filter = self.bot_rules.current()
         for partition, owned in list(self.owned.items()):
             waiting = sorted(owned.state.pending)

@@ -25,9 +25,10 @@ from counting.wire import encode_events, partition_for, record_key
 from ingest.publisher import ShardCounts, shard_for
 from ingest.reactions import ReactionState
 from speed_layer.archiver import ParquetLog
-from speed_layer.counter_worker import BatchReport, CounterWorker
+from speed_layer.counter_worker import BatchReport, Counter, CounterWorker
 from speed_layer.deadletter import DeadLetter
 from speed_layer.records import Record
+from speed_layer.state_counter import StateCounter
 from speed_layer.watermark import Watermark
 
 SparkProvider = Callable[[], SparkSession]
@@ -61,7 +62,8 @@ class Writers:
         self._claimed = False
         self._shards = ShardCounts(self._redis)
         self._reactions = ReactionState(self._redis)
-        self._counter = CounterWorker(settings, self._redis, _no_dead_letters, clock)
+        counter = StateCounter if settings.counter_state == "worker" else CounterWorker
+        self._counter: Counter = counter(settings, self._redis, _no_dead_letters, clock)
         self._log = ParquetLog(settings.raw_dir, settings.events_topic)
         self._watermark = Watermark(
             self._redis, settings.events_topic, settings.delivery_timeout_ms, self._end_offsets, clock
@@ -227,12 +229,14 @@ def archived_until(settings: Settings, watermark_ms: int) -> int:
 
 def heat(settings: Settings, video: str, seconds: int) -> None:
     """Views of `video` at twice the settings' hot threshold for `seconds` seconds of ingestion,
-    counted a second at a time by the real counter: from the second second on, it doubles the
-    video's shard count in Redis each second (1, 2, 4, 8, ...) up to `max_video_shards`; a count
-    already in Redis is never lowered."""
+    counted a second at a time by the real Redis-state counter (TALLY_COUNTER_STATE=redis): from
+    the second second on, it doubles the video's shard count in Redis each second (1, 2, 4, 8, ...)
+    up to `max_video_shards`; a count already in Redis is never lowered. (The state counter plans
+    a video's shards once, ahead: `tests/speed_layer/test_state_counter.py`.)"""
     now = [time.time()]
     per_second = 2 * settings.hot_video_events_per_sec
-    with writers(settings, clock=lambda: now[0]) as tally:
+    doubling = settings.model_copy(update={"counter_state": "redis"})
+    with writers(doubling, clock=lambda: now[0]) as tally:
         start = int(now[0] * 1000)
         for second in range(seconds):
             stamp = start + second * 1000

@@ -69,7 +69,17 @@ def rules_check(
 
 @speed_app.command("rebuild")
 @clear_errors
-def speed_rebuild(data_dir: DataDir = None) -> None:
+def speed_rebuild(
+    data_dir: DataDir = None,
+    replace: Annotated[
+        bool,
+        typer.Option(
+            "--replace",
+            help="delete the speed layer's keys first (counts another counter wrote, or a state "
+            "partly lost); the ingest API's reactions and rate limits and the archiver's positions stay",
+        ),
+    ] = False,
+) -> None:
     """Replay the Parquet log into Redis after Redis lost the speed state. Stop the counter first
     (it is fenced out otherwise); start it again afterwards: it resumes after the archive."""
     import asyncio
@@ -86,7 +96,7 @@ def speed_rebuild(data_dir: DataDir = None) -> None:
         try:
             with Progress(console=console) as progress:
                 task = progress.add_task("replaying records", total=len(archived_records(settings)))
-                report = await rebuild(settings, client, lambda n: progress.advance(task, n))
+                report = await rebuild(settings, client, lambda n: progress.advance(task, n), replace)
         finally:
             await client.aclose()
         console.print(

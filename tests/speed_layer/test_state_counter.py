@@ -338,3 +338,19 @@ async def test_a_rebuild_reads_a_hot_videos_plan_from_the_log(
     rebuilt = decode_shard_plan(redis_client.get(keys.shards("viral")) or b"")
     moved_first = min(_first_ingest(r) for r in records if r.partition != home_of("viral", 4))
     assert rebuilt.shards == plan.shards and plan.active_from <= rebuilt.active_from <= moved_first
+
+
+async def test_records_that_come_before_the_assignment_callback_are_counted(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
+) -> None:
+    """Faust may hand a batch over before the callback of its assignment ran: the worker claims
+    those partitions itself, and the callback's claim then keeps what it counted."""
+    events = Traffic(seed=48).mixed(n=300)
+    records = pack(events, PARTITIONS)
+    worker = StateCounter(settings, aclient, no_dead_letters)
+    half = len(records) // 2
+    await worker.handle(records[:half])  # no claim yet
+    await worker.claim(settings.events_topic, list(range(PARTITIONS)))  # the callback, late
+    report = await worker.handle(records[half:])
+    assert not report.fenced
+    assert {v: speed_counts(redis_client, v) for v in oracle.count(events)} == oracle.count(events)
