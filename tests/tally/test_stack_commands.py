@@ -15,11 +15,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-import redis
 from confluent_kafka.admin import AdminClient
 from typer.testing import CliRunner, Result
 
-from counting import oracle
+from counting import oracle, redisconn
 from counting.event import Event
 from counting.settings import Settings, settings_env
 from tally.cli import app
@@ -117,13 +116,15 @@ def _send(settings: Settings, seed: int, events: int = 400) -> None:
     SENT.extend(sent.events)
 
 
-def _served_equals_the_oracle(settings: Settings) -> None:
-    client = redis.Redis.from_url(settings.redis_url)
+def _served_equals_the_oracle(settings: Settings, sent: list[Event] = SENT) -> None:
+    """Once the counter reached the end of the log, the stats route answers the oracle's counts of
+    `sent` (a single Redis or a Redis Cluster, as the settings say)."""
+    client = redisconn.sync_client(settings)
     try:
         wait_until(lambda: counter_caught_up(client, settings), 90, "the counter reaching the end of the log")
     finally:
         client.close()
-    expected = {v: (c.views, c.likes, c.unique_viewers) for v, c in oracle.count(SENT).items()}
+    expected = {v: (c.views, c.likes, c.unique_viewers) for v, c in oracle.count(sent).items()}
     with httpx.Client(base_url=f"http://127.0.0.1:{settings.serving_port}") as api:
         answers = {v: api.get(f"/v1/videos/{v}/stats").json() for v in expected}
     assert {v: (a["views"], a["likes"], a["unique_viewers"]) for v, a in answers.items()} == expected

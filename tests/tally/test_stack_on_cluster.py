@@ -6,18 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
 import pytest
 
-from counting import oracle, redisconn
 from counting.event import Event
 from counting.settings import Settings
 from tally.loadgen import post_traffic
 from tally.redis_cluster import load_cluster
-from tally.speedview import counter_caught_up, wait_until
 from tally.stack import load_stack
 from tally.traffic_run import generate_items
-from tests.tally.test_stack_commands import _stack_settings, _tally
+from tests.tally.test_stack_commands import _served_equals_the_oracle, _stack_settings, _tally
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -29,18 +26,6 @@ def _send(settings: Settings, seed: int, sent: list[Event]) -> None:
     )
     assert not posted.refused
     sent.extend(posted.events)
-
-
-def _served_equals_the_oracle(settings: Settings, sent: list[Event]) -> None:
-    client = redisconn.sync_client(settings)
-    try:
-        wait_until(lambda: counter_caught_up(client, settings), 90, "the counter reaching the end of the log")
-    finally:
-        client.close()
-    expected = {v: (c.views, c.likes, c.unique_viewers) for v, c in oracle.count(sent).items()}
-    with httpx.Client(base_url=f"http://127.0.0.1:{settings.serving_port}") as api:
-        answers = {v: api.get(f"/v1/videos/{v}/stats").json() for v in expected}
-    assert {v: (a["views"], a["likes"], a["unique_viewers"]) for v, a in answers.items()} == expected
 
 
 def test_the_stack_on_a_local_redis_cluster_serves_the_oracles_counts(tmp_path: Path, redis_url: str) -> None:
