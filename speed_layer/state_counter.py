@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import msgspec
@@ -36,11 +35,11 @@ from speed_layer.handoff import NOTICE_MS, announce, hand_off, home_of, moved_en
 from speed_layer.hot import HotVideos
 from speed_layer.judge import REACTION, judge_view
 from speed_layer.partition_store import ALREADY, FENCED, PartitionStore, encode
-from speed_layer.plan import CounterPlan
 from speed_layer.records import Record, by_partition, decode_record
 from speed_layer.redis_writer import WriteResult
 from speed_layer.sink import plan_sink, sink
 from speed_layer.state import PartitionState
+from speed_layer.state_plan import Commit, Owned, StatePlan
 from speed_layer.windows import ViewWindows
 
 T = TypeVar("T")
@@ -48,60 +47,6 @@ _encoder = msgspec.msgpack.Encoder()
 # A snapshot replaces the changelog once the entries since the last one weigh more than it (and at
 # least this much): restore reads at most about twice the state.
 MIN_LOG_BYTES = 1 << 20
-
-
-@dataclass
-class _Commit:
-    """One partition's part of a planned batch."""
-
-    partition: int
-    generation: int
-    first_offset: int
-    last_offset: int
-    entry: dict[str, Any] = field(default_factory=dict)
-    records: int = 0
-    events: int = 0
-    applied: int = 0
-    duplicates: int = 0
-    skipped: int = 0
-    held: int = 0
-    rejected: dict[str, int] = field(default_factory=dict)
-    snapshot: bytes | None = None
-    encoded: bytes = b""
-    sketches: bytes = b""
-    same_offset: bool = False  # no new record, but changes (a hand-off taken over, a plan)
-    announce: dict[str, ShardPlan] = field(default_factory=dict)
-    closing: list[str] = field(default_factory=list)
-
-    @property
-    def due(self) -> bool:
-        """Whether it commits anything."""
-        return self.last_offset >= self.first_offset or self.same_offset
-
-
-@dataclass
-class StatePlan(CounterPlan):
-    """A planned micro-batch: each partition's changes to commit."""
-
-    commits: list[_Commit] = field(default_factory=list)
-
-    topic: str = ""
-
-    @property
-    def events(self) -> int:
-        return sum(c.events for c in self.commits)
-
-    @property
-    def positions(self) -> list[tuple[str, int, int]]:
-        return [(self.topic, c.partition, c.last_offset) for c in self.commits]
-
-
-@dataclass
-class _Owned:
-    state: PartitionState
-    generation: int
-    log_bytes: int = 0
-    snapshot_bytes: int = 0
 
 
 class StateCounter:
@@ -128,7 +73,7 @@ class StateCounter:
         self.windows = ViewWindows()
         self.hot = HotVideos(settings.hot_video_events_per_sec, settings.max_video_shards)
         self.bot_rules = RulesInUse(settings.bot_rules_file)
-        self.owned: dict[int, _Owned] = {}
+        self.owned: dict[int, Owned] = {}
 
     def _part(self, partition: int) -> str:
         return f"{self._settings.events_topic}:{partition}"
@@ -154,7 +99,7 @@ class StateCounter:
         for partition, generation in generations.items():
             state = self._new_state()
             last = await self._retry(lambda p=partition, s=state: self._store.restore(p, s))  # type: ignore[misc]
-            self.owned[partition] = _Owned(state, generation)
+            self.owned[partition] = Owned(state, generation)
             plans = {v: ShardPlan(p[0], p[1]) for v, p in state.plans.items() if not p[2]}
             if plans:
                 await self._retry(lambda plans=plans: announce(self._client, plans))  # type: ignore[misc]
@@ -182,7 +127,7 @@ class StateCounter:
                 continue
             parts = await self._retry(lambda w=waiting, p=partition: take_over(self._client, w, p))  # type: ignore[misc]
             for video, entries in parts.items():
-                scratch = _Commit(partition, owned.generation, 0, 0)
+                scratch = Commit(partition, owned.generation, 0, 0)
                 for event in owned.state.take_over(video, entries):
                     self._apply(owned.state, event, bot_filter, scratch)
                 logs.info(
@@ -201,7 +146,7 @@ class StateCounter:
         started = time.perf_counter()
         bot_filter = self.bot_rules.current()
         partitions = self._settings.topic_partitions
-        commits: dict[int, _Commit] = {}
+        commits: dict[int, Commit] = {}
         dead_letters: list[tuple[Record, PoisonRecord]] = []
         per_video: dict[str, int] = {}
         newest = 0
@@ -210,7 +155,7 @@ class StateCounter:
             if owned is None:
                 continue
             state = owned.state
-            commit = commits[partition] = _Commit(partition, owned.generation, group[0].offset, state.offset)
+            commit = commits[partition] = Commit(partition, owned.generation, group[0].offset, state.offset)
             for record in group:
                 commit.records += 1
                 if record.offset <= state.offset:
@@ -243,7 +188,7 @@ class StateCounter:
             self._plan_shards(hot, now)
         for partition, owned in self.owned.items():
             if partition not in commits and owned.state.changed:  # a hand-off taken over, a plan
-                commits[partition] = _Commit(
+                commits[partition] = Commit(
                     partition, owned.generation, owned.state.offset + 1, owned.state.offset
                 )
         for partition, commit in commits.items():
@@ -287,7 +232,7 @@ class StateCounter:
             for video, plan in owned.state.plans.items()
         }
 
-    def _seal(self, owned: _Owned, commit: _Commit) -> None:
+    def _seal(self, owned: Owned, commit: Commit) -> None:
         """Take a partition's changes into its commit: the changelog entry, the sketches, a snapshot
         when the changelog outweighs the last one, the plans to announce and the hand-offs due."""
         state = owned.state
@@ -308,7 +253,7 @@ class StateCounter:
             commit.snapshot = encode(state.snapshot())
             owned.snapshot_bytes, owned.log_bytes = len(commit.snapshot), entry_bytes
 
-    def _apply(self, state: PartitionState, event: Any, bot_filter: Any, commit: _Commit) -> None:
+    def _apply(self, state: PartitionState, event: Any, bot_filter: Any, commit: Commit) -> None:
         state.arrive(event.ingest_ts)
         kind = event.type
         if kind == "heartbeat" or kind == "leave":
@@ -335,7 +280,7 @@ class StateCounter:
         assert isinstance(plan, StatePlan)
         await send_dead_letters(plan, self._send_dead_letter)
         started = time.perf_counter()
-        commits: list[_Commit] = [c for c in plan.commits if c.due]
+        commits: list[Commit] = [c for c in plan.commits if c.due]
         answers = await self._retry(
             lambda: self._store.commit(
                 [
@@ -401,7 +346,7 @@ class StateCounter:
         observe_batch(report, rejected, batch.planned_at)
         return report
 
-    async def _hand_over(self, owned: _Owned, commit: _Commit) -> None:
+    async def _hand_over(self, owned: Owned, commit: Commit) -> None:
         """After a commit of a home partition: announce the shard plans it holds, and hand off the
         videos whose every event before their plan is applied (a crash before the hand-off is
         marked in the state makes the next owner do it again: the same values)."""

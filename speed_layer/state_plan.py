@@ -1,0 +1,66 @@
+"""What the state counter plans for a micro-batch: each partition's commit (its changelog entry,
+snapshot, counts of what it applied, plans to announce and hand-offs due), and a partition this
+worker owns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from counting.values import ShardPlan
+from speed_layer.plan import CounterPlan
+from speed_layer.state import PartitionState
+
+
+@dataclass
+class Commit:
+    """One partition's part of a planned batch."""
+
+    partition: int
+    generation: int
+    first_offset: int
+    last_offset: int
+    entry: dict[str, Any] = field(default_factory=dict)
+    records: int = 0
+    events: int = 0
+    applied: int = 0
+    duplicates: int = 0
+    skipped: int = 0
+    held: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    snapshot: bytes | None = None
+    encoded: bytes = b""
+    sketches: bytes = b""
+    same_offset: bool = False  # no new record, but changes (a hand-off taken over, a plan)
+    announce: dict[str, ShardPlan] = field(default_factory=dict)
+    closing: list[str] = field(default_factory=list)
+
+    @property
+    def due(self) -> bool:
+        """Whether it commits anything."""
+        return self.last_offset >= self.first_offset or self.same_offset
+
+
+@dataclass
+class StatePlan(CounterPlan):
+    """A planned micro-batch: each partition's changes to commit."""
+
+    commits: list[Commit] = field(default_factory=list)
+
+    topic: str = ""
+
+    @property
+    def events(self) -> int:
+        return sum(c.events for c in self.commits)
+
+    @property
+    def positions(self) -> list[tuple[str, int, int]]:
+        return [(self.topic, c.partition, c.last_offset) for c in self.commits]
+
+
+@dataclass
+class Owned:
+    state: PartitionState
+    generation: int
+    log_bytes: int = 0
+    snapshot_bytes: int = 0
