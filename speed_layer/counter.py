@@ -7,7 +7,6 @@ Planning is the hot path; how it is kept cheap: docs/decisions/0001-exactly-once
 from __future__ import annotations
 
 from collections import Counter
-from functools import lru_cache
 
 from counting import bots, keys, rules
 from counting.event import MAX_AGE_MS, Event
@@ -15,6 +14,7 @@ from counting.settings import Settings
 from speed_layer import script
 from speed_layer.errors import PoisonRecord
 from speed_layer.hot import HotVideos
+from speed_layer.judge import QUALIFIED, SHORT, judge_view
 from speed_layer.plan import (
     CounterPlan,
     PartitionPlan,
@@ -90,8 +90,6 @@ class _PlanBuilder:
         bot_filter: bots.BotFilter,
     ) -> None:
         self._bots = bot_filter
-        # The rejection field (`rejected:<reason>`) of each signal mask; None: not rejected.
-        self._rejected_field: tuple[str | None, ...] = _rejected_fields(bot_filter)
         self.plan = PartitionPlan(
             topic,
             partition,
@@ -152,17 +150,8 @@ class _PlanBuilder:
         """Plan the events of one record (the hot loop of the counter)."""
         videos = self._videos
         bucket_ms = self._bucket_ms
-        observe = windows.observe_view
         rejected = self.plan.rejected
         bot_filter = self._bots
-        client_mask, static_mask, window_mask, rejected_field = (
-            bot_filter.client_mask,
-            bot_filter.static_mask,
-            bot_filter.window_mask,
-            self._rejected_field,
-        )
-        is_near, is_bunched = bot_filter.is_near_threshold, bot_filter.is_bunched
-        observe_qualified = windows.observe_qualified
         stamped, stamp, short_mark, reaction_mark = -1, "", "", ""
         for event in events:
             video_id = event.video_id
@@ -192,24 +181,13 @@ class _PlanBuilder:
                 viewer = rules.viewer_of(event)
                 first_copy = event_id not in video.seen
                 video.seen.add(event_id)
-                address_views, viewer_views, address_agents = observe(
-                    event.ip, ts, video_id, viewer, first_copy, event.user_agent
-                )
-                if not rules.is_qualified_view(event):
+                verdict = judge_view(event, viewer, first_copy, windows, bot_filter)
+                if verdict == SHORT:
                     ops.extend((_SHORT, offset, m, event_id, b, short_mark))
                     continue
-                watch, duration = event.watch_secs, event.video_duration_secs
-                near = is_near(watch, duration)
-                client = client_mask(event.user_agent, event.ip, event.ja3)
-                static = static_mask(client, watch, duration)
-                # Bunching weighs the views no static signal rejects alone.
-                weighed = first_copy and rejected_field[static] is None
-                near_views, qualified_views = observe_qualified(ts, video_id, near, weighed)
-                bunched = near and is_bunched(near_views, qualified_views)
-                mask = static | window_mask(client, address_views, viewer_views, bunched, address_agents)
-                if mask and (reason := rejected_field[mask]) is not None:
-                    ops.extend((_REJECT, offset, m, event_id, b, f"{stamp}|{reason}", reason))
-                    rejected[reason] = rejected.get(reason, 0) + 1
+                if verdict != QUALIFIED:  # the rejection field of the bot rules
+                    ops.extend((_REJECT, offset, m, event_id, b, f"{stamp}|{verdict}", verdict))
+                    rejected[verdict] = rejected.get(verdict, 0) + 1
                     continue
                 window = _window_of(ts)
                 w = video.windows.get(window) or self._window(video, window)
@@ -329,11 +307,6 @@ def plan_batch(
         raised = hot.observe(per_video, newest_ingest, now_ms)
         _attach_shards(writes, raised, hot)
     return CounterPlan(writes, dead_letters, raised)
-
-
-@lru_cache(maxsize=8)
-def _rejected_fields(bot_filter: bots.BotFilter) -> tuple[str | None, ...]:
-    return tuple(None if reason is None else f"rejected:{reason}" for reason in bot_filter.rejection_by_mask)
 
 
 def _attach_shards(writes: list[PartitionPlan], wanted: dict[str, int], hot: HotVideos) -> None:
