@@ -72,10 +72,11 @@ def partition_owner(topic: str, partition: int) -> str:
 
 
 def counter_offset(topic: str, partition: int, counter_state: str = "redis") -> str:
-    """Where the counter keeps the last offset of a partition whose counts it committed, by where it
-    keeps its state (`Settings.counter_state`)."""
+    """Where the counter keeps the last offset of a partition whose counts the read keys hold, by
+    where it keeps its state (`Settings.counter_state`): the state counter commits a batch before it
+    writes the batch's counts, so its served offset (`sunk`) follows the committed one."""
     if counter_state == "worker":
-        return partition_state(topic, partition, "offset")
+        return partition_state(topic, partition, "sunk")
     return partition_offset(topic, partition)
 
 
@@ -143,8 +144,9 @@ def partition_tag(topic: str, partition: int) -> str:
 
 def partition_state(topic: str, partition: int, part: str) -> str:
     """A key of a partition's counter state, all sharing the partition's hash tag: `offset` (the last
-    offset committed), `owner` (the generation of the worker that owns it), `log` (the changelog:
-    a list of entries since the snapshot) and `snapshot`."""
+    offset committed), `sunk` (the last offset whose counts reached the read keys), `owner` (the
+    generation of the worker that owns it), `log` (the changelog: a list of entries since the
+    snapshot) and `snapshot`."""
     return f"{PREFIX}:{partition_tag(topic, partition)}:{part}"
 
 

@@ -21,6 +21,11 @@ _decoder = msgspec.msgpack.Decoder(dict[str, Any])
 
 COMMITTED, ALREADY, FENCED = 1, 0, -1
 
+# The served offset only moves forward: a fenced owner's late write must not move it back.
+RAISE = """if tonumber(redis.call('GET', KEYS[1]) or '-1') < tonumber(ARGV[1]) then
+  redis.call('SET', KEYS[1], ARGV[1])
+end"""
+
 
 def encode(entry: dict[str, object]) -> bytes:
     return _encoder.encode(entry)
@@ -77,6 +82,14 @@ class PartitionStore:
         if last is not None and raw_sketches is not None:
             last["sketches"] = decode(raw_sketches)
         return last
+
+    async def mark_sunk(self, offsets: dict[int, int]) -> None:
+        """Record, per partition, the last offset whose counts reached the read keys (what readers
+        that wait for the counter look at: `keys.counter_offset`)."""
+        calls = [(keys.partition_state(self._topic, p, "sunk"), [o]) for p, o in offsets.items() if o >= 0]
+        for answer in await eval_each(self._client, RAISE, calls):
+            if isinstance(answer, Exception):
+                raise answer
 
     async def commit(
         self, commits: list[tuple[int, int, int, bytes, bytes, bool, bytes | None]]

@@ -152,7 +152,7 @@ async def _counts_without_state(settings: Settings, client: aioredis.Redis) -> b
     """Whether Redis has speed counts but no partition state of the state counter."""
     async with client.pipeline(transaction=False) as pipe:
         for partition in range(settings.topic_partitions):
-            pipe.exists(keys.counter_offset(settings.events_topic, partition, "worker"))
+            pipe.exists(keys.partition_state(settings.events_topic, partition, "offset"))
         pipe.scard(keys.videos_index())
         *states, videos = await pipe.execute()
     return bool(videos) and not any(states)

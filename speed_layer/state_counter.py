@@ -9,6 +9,7 @@ of a partition can lack its counts in the read keys: a restore sinks it again (i
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -74,6 +75,9 @@ class StateCounter:
         self.hot = HotVideos(settings.hot_video_events_per_sec, settings.max_video_shards)
         self.bot_rules = RulesInUse(settings.bot_rules_file)
         self.owned: dict[int, Owned] = {}
+        # The assignment callback and a batch whose records came before it may claim at once: one
+        # at a time, or the second would fence the first one's batch in flight.
+        self._claiming = asyncio.Lock()
 
     def _part(self, partition: int) -> str:
         return f"{self._settings.events_topic}:{partition}"
@@ -87,6 +91,10 @@ class StateCounter:
         their last committed entry again (its counts may not have reached the read keys)."""
         if not partitions or topic != self._settings.events_topic:
             return
+        async with self._claiming:
+            await self._claim(topic, partitions)
+
+    async def _claim(self, topic: str, partitions: list[int]) -> None:
         # A partition this worker claimed already (its records can come before the assignment's
         # callback) and no other worker claimed since keeps its state: claiming it again would fence
         # the batches in flight.
@@ -106,6 +114,7 @@ class StateCounter:
             if last is not None:
                 plan = plan_sink(last, state, self._part(partition), self._now(), self._settings.retention_ms)
                 await self._retry(lambda plan=plan: sink(self._client, plan))  # type: ignore[misc]
+                await self._retry(lambda p=partition, o=state.offset: self._store.mark_sunk({p: o}))  # type: ignore[misc]
         logs.info(
             "partitions_claimed",
             topic=topic,
@@ -298,6 +307,7 @@ class StateCounter:
             )
         )
         results = []
+        sunk_to: dict[int, int] = {}
         for commit, (status, value) in zip(commits, answers, strict=True):
             fenced = status == FENCED
             owned = self.owned.get(commit.partition)
@@ -309,6 +319,7 @@ class StateCounter:
                 part = self._part(commit.partition)
                 sunk = plan_sink(commit.entry, state, part, self._now(), self._settings.retention_ms)
                 await self._retry(lambda sunk=sunk: sink(self._client, sunk))  # type: ignore[misc]
+                sunk_to[commit.partition] = commit.last_offset
                 if owned is not None:
                     await self._hand_over(owned, commit)
             results.append(
@@ -323,6 +334,8 @@ class StateCounter:
                     fenced,
                 )
             )
+        if sunk_to:
+            await self._retry(lambda: self._store.mark_sunk(sunk_to))
         for c in plan.commits:
             if not c.due:  # every record committed before
                 results.append(

@@ -5,7 +5,9 @@ partition's old owner is fenced out."""
 
 from __future__ import annotations
 
+import asyncio
 import random
+from collections.abc import Callable
 
 import pytest
 import redis
@@ -121,6 +123,18 @@ async def test_replayed_records_change_nothing(
     assert {v: speed_counts(redis_client, v) for v in before} == before == oracle.count(events)
 
 
+def _offsets(client: redis.Redis, settings: Settings) -> tuple[dict[int, int], dict[int, int]]:
+    """Each partition's committed offset, and the offset whose counts the read keys hold."""
+    topic = settings.events_topic
+
+    def offsets(key: Callable[[int], str]) -> dict[int, int]:
+        return {p: int(client.get(key(p)) or -1) for p in range(PARTITIONS)}
+
+    return offsets(lambda p: keys.partition_state(topic, p, "offset")), offsets(
+        lambda p: keys.counter_offset(topic, p, "worker")
+    )
+
+
 class Killed(Exception):
     """The worker process died here."""
 
@@ -156,6 +170,8 @@ async def test_workers_killed_at_random_moments_lose_and_double_nothing(
                 await worker.write(planned)
             except Killed:
                 kills["committed"] += 1
+                committed, served = _offsets(redis_client, settings)
+                assert any(served[p] < committed[p] for p in {r.partition for r in batch})
             else:  # nothing to sink: the batch was committed before (a redelivery)
                 acked += len(batch)
                 continue
@@ -166,6 +182,8 @@ async def test_workers_killed_at_random_moments_lose_and_double_nothing(
             acked += len(batch)  # the broker's offsets move only after the write returned
             continue
         worker = await _worker(settings, aclient)  # the next owner restores and sinks the last entry
+        committed, served = _offsets(redis_client, settings)
+        assert served == committed  # what waits for the counter waits for the read keys
 
     assert min(kills.values()) >= 5, kills
     _at_every_edge(redis_client, settings, events)
@@ -353,4 +371,20 @@ async def test_records_that_come_before_the_assignment_callback_are_counted(
     await worker.claim(settings.events_topic, list(range(PARTITIONS)))  # the callback, late
     report = await worker.handle(records[half:])
     assert not report.fenced
+    assert {v: speed_counts(redis_client, v) for v in oracle.count(events)} == oracle.count(events)
+
+
+async def test_a_batch_and_the_assignment_callback_claiming_at_once_fence_nothing(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
+) -> None:
+    """The callback of an assignment can run while the worker claims the same partitions for a batch
+    that came first (seen with a real broker): the two claims take turns, and the batch commits."""
+    events = Traffic(seed=49).mixed(n=200)
+    records = pack(events, PARTITIONS)
+    worker = StateCounter(settings, aclient, no_dead_letters)
+    report, _ = await asyncio.gather(
+        worker.handle(records), worker.claim(settings.events_topic, list(range(PARTITIONS)))
+    )
+    assert not report.fenced
+    assert {p: o.generation for p, o in worker.owned.items()} == dict.fromkeys(range(PARTITIONS), 1)
     assert {v: speed_counts(redis_client, v) for v in oracle.count(events)} == oracle.count(events)
