@@ -13,6 +13,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from counting.errors import InvalidSetting
+from counting.regions import check_region
 
 HOUR_MS = 3_600_000
 # The shared secrets, each needed by an API: none has a usable default.
@@ -33,6 +34,10 @@ class Settings(BaseSettings):
     counter_state: Literal["redis", "worker"] = Field(
         default="redis",
         description="where the counter keeps its state: 'redis' (write.lua) or 'worker' (partition memory)",
+    )
+    region: str = Field(
+        default="local",
+        description="this region's name (decision 0006): its components and log rows carry it",
     )
     retry_horizon_ms: int = Field(
         default=24 * HOUR_MS,
@@ -142,6 +147,11 @@ class Settings(BaseSettings):
             except ValueError:
                 raise ValueError(f"not an address or CIDR (got {proxy!r})") from None
         return value
+
+    @field_validator("region")
+    @classmethod
+    def _region_is_a_name(cls, value: str) -> str:
+        return check_region(value)
 
     @field_validator("spark_conf", mode="before")
     @classmethod

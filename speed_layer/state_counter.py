@@ -38,6 +38,7 @@ from speed_layer.judge import REACTION, judge_view
 from speed_layer.partition_store import ALREADY, FENCED, PartitionStore, encode
 from speed_layer.records import Record, by_partition, decode_record
 from speed_layer.redis_writer import WriteResult
+from speed_layer.regions import Publish, components_of
 from speed_layer.sink import plan_sink, sink
 from speed_layer.state import PartitionState
 from speed_layer.state_plan import Commit, Owned, StatePlan
@@ -60,17 +61,20 @@ class StateCounter:
         send_dead_letter: SendDeadLetter,
         clock: Callable[[], float] = time.time,
         rebuilding: bool = False,
+        publish: Publish | None = None,
     ) -> None:
         """`rebuilding`: replaying the archived log in ingestion order with every partition (`tally
         speed rebuild`): no shard is planned from velocities; a hot video's plan is read from the
         log instead (its first event at another partition than its home), and the state of its
-        moving viewers is taken over from the home's state in memory."""
+        moving viewers is taken over from the home's state in memory. `publish`: where the
+        components of each entry go once sunk, for the other regions (decision 0006)."""
         self._settings = settings
         self._client = client
         self._rebuilding = rebuilding
         self._store = PartitionStore(client, settings.events_topic)
         self._send_dead_letter = send_dead_letter
         self._clock = clock
+        self._publish = publish
         self.windows = ViewWindows()
         self.hot = HotVideos(settings.hot_video_events_per_sec, settings.max_video_shards)
         self.bot_rules = RulesInUse(settings.bot_rules_file)
@@ -114,6 +118,7 @@ class StateCounter:
             if last is not None:
                 plan = plan_sink(last, state, self._part(partition), self._now(), self._settings.retention_ms)
                 await self._retry(lambda plan=plan: sink(self._client, plan))  # type: ignore[misc]
+                await self._published(last, state, partition)  # it may not have left either
                 await self._retry(lambda p=partition, o=state.offset: self._store.mark_sunk({p: o}))  # type: ignore[misc]
         logs.info(
             "partitions_claimed",
@@ -319,6 +324,7 @@ class StateCounter:
                 part = self._part(commit.partition)
                 sunk = plan_sink(commit.entry, state, part, self._now(), self._settings.retention_ms)
                 await self._retry(lambda sunk=sunk: sink(self._client, sunk))  # type: ignore[misc]
+                await self._published(commit.entry, state, commit.partition)
                 sunk_to[commit.partition] = commit.last_offset
                 if owned is not None:
                     await self._hand_over(owned, commit)
@@ -358,6 +364,12 @@ class StateCounter:
                     rejected[name] = rejected.get(name, 0) + n
         observe_batch(report, rejected, batch.planned_at)
         return report
+
+    async def _published(self, entry: dict[str, Any], state: PartitionState, partition: int) -> None:
+        """Hand the components of a sunk entry to `publish` (several regions only)."""
+        if self._publish is not None:
+            topic = self._settings.events_topic
+            await self._publish(components_of(entry, state, self._settings.region, topic, partition))
 
     async def _hand_over(self, owned: Owned, commit: Commit) -> None:
         """After a commit of a home partition: announce the shard plans it holds, and hand off the

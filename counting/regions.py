@@ -1,0 +1,119 @@
+"""Several regions (decision 0006): what one region tells the others of its counts, and the merge.
+
+A component is one partition's part of a video's bucket in one region: absolute counts as of the
+partition's offset, its version (`speed_layer/sink.lua` keeps the same parts of local partitions).
+The merge keeps, per identity, the component of the greatest version: a join on a total order, so
+merging is idempotent, commutative and associative, and a delayed, repeated or reordered exchange
+changes nothing. Reactions do not cross as counts: a pair's state is its latest reaction event by
+`rules.reaction_order`, which `latest_reactions` merges the same way.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+import msgspec
+
+from counting import rules
+from counting.errors import InvalidSetting
+from counting.event import Event
+
+REGION_PATTERN = r"^[a-z][a-z0-9-]{0,31}$"
+_REGION_RE = re.compile(REGION_PATTERN)
+
+# Count fields that stay in their region: reactions cross as events (decision 0006, point 3).
+REGIONAL_FIELDS = frozenset({"likes", "dislikes"})
+
+PLATFORM = ""  # the video id of a platform component (every video's counts of a bucket)
+
+
+def check_region(name: str) -> str:
+    """A region's name as settings, keys and part names use it; a clear error otherwise."""
+    if not _REGION_RE.match(name):
+        raise InvalidSetting(
+            f"TALLY_REGION={name!r} is not a region name: use 1-32 lowercase letters, digits or '-', "
+            "a letter first (e.g. eu-west)"
+        )
+    return name
+
+
+class Component(msgspec.Struct, frozen=True, array_like=True):
+    """Region `region`'s counts of `video_id` (PLATFORM: every video) in `bucket`, from one partition
+    of its events topic, as of `offset`; `sketches`: viewer digests of the bucket (a union)."""
+
+    region: str
+    topic: str
+    partition: int
+    video_id: str
+    bucket: int
+    offset: int
+    counts: dict[str, int]
+    sketches: list[str] = []
+
+    @property
+    def identity(self) -> tuple[str, str, int, str, int]:
+        return (self.region, self.topic, self.partition, self.video_id, self.bucket)
+
+    @property
+    def part(self) -> str:
+        """The name of this partition's part beside a bucket's sums (`keys.bucket_parts`)."""
+        return part_name(self.region, self.topic, self.partition)
+
+
+def part_name(region: str, topic: str, partition: int) -> str:
+    """A remote partition's part: the region before the local part's `<topic>:<partition>`."""
+    return f"{region}/{topic}:{partition}"
+
+
+def _order(component: Component) -> tuple[int, list[tuple[str, int]], list[str]]:
+    return (component.offset, sorted(component.counts.items()), sorted(component.sketches))
+
+
+def newer(a: Component, b: Component) -> Component:
+    """The later of two components of one identity (ties of offset: the greater value)."""
+    return a if _order(a) >= _order(b) else b
+
+
+Identity = tuple[str, str, int, str, int]
+
+
+def merge(held: Mapping[Identity, Component], incoming: Iterable[Component]) -> dict[Identity, Component]:
+    """`held` with `incoming` merged in: the newer component of each identity."""
+    merged = dict(held)
+    for component in incoming:
+        known = merged.get(component.identity)
+        merged[component.identity] = component if known is None else newer(known, component)
+    return merged
+
+
+Pair = tuple[str, str]
+
+
+def latest_reactions(held: Mapping[Pair, Event], incoming: Iterable[Event]) -> dict[Pair, Event]:
+    """Each (user, video) pair's latest reaction event by `rules.reaction_order` (the design's like
+    rule), `held` with `incoming` merged in."""
+    merged = dict(held)
+    for event in incoming:
+        pair = (event.user_id or "", event.video_id)
+        known = merged.get(pair)
+        if known is None or rules.reaction_order(event) > rules.reaction_order(known):
+            merged[pair] = event
+    return merged
+
+
+def served_fields(component: Component) -> dict[str, int]:
+    """The fields of a remote component a region adds to its own: every count but the reactions."""
+    return {name: n for name, n in component.counts.items() if name not in REGIONAL_FIELDS}
+
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(list[Component])
+
+
+def encode_components(components: list[Component]) -> bytes:
+    return _encoder.encode(components)
+
+
+def decode_components(raw: bytes) -> list[Component]:
+    return _decoder.decode(raw)

@@ -1,0 +1,63 @@
+"""A region's side of the exchange (decision 0006): the components of an entry the state counter
+committed, and other regions' components applied through the sink, each remote partition as a
+part of its own beside the local ones (`counting.regions.part_name`)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from counting.regions import PLATFORM, Component, merge, served_fields
+from counting.settings import Settings
+from speed_layer.sink import plan_sink, sink
+from speed_layer.state import SEP, PartitionState
+
+# Where the state counter hands the components of each entry it sank (None: one region).
+Publish = Callable[[list[Component]], Awaitable[None]]
+
+
+def components_of(
+    entry: Mapping[str, Any], state: PartitionState, region: str, topic: str, partition: int
+) -> list[Component]:
+    """The components of a committed entry: each (video, bucket) whose counts or sketches it
+    changed, with the partition's absolute counts there, and each platform bucket it changed."""
+    offset = int(entry["offset"])
+    counts: Mapping[str, Any] = entry.get("counts") or {}
+    sketches: Mapping[str, Any] = entry.get("sketches") or {}
+    found = []
+    for key in sorted(set(counts) | set(sketches)):
+        video, _, bucket = key.rpartition(SEP)
+        fields = counts[key] if key in counts else state.counts.get(key)
+        digests = list(sketches.get(key) or [])
+        b = int(bucket)
+        found.append(Component(region, topic, partition, video, b, offset, dict(fields or {}), digests))
+    for bucket, fields in (entry.get("platform") or {}).items():
+        found.append(Component(region, topic, partition, PLATFORM, int(bucket), offset, dict(fields or {})))
+    return found
+
+
+async def apply_components(
+    client: aioredis.Redis, settings: Settings, components: Iterable[Component], now_ms: int
+) -> int:
+    """Add other regions' components to this region's read keys; answer how many distinct parts
+    were written. Older components than those applied before change nothing (the sink keeps each
+    part as of its offset), so a batch may hold repeats, old ones and any order."""
+    newest = merge({}, (c for c in components if c.region != settings.region))
+    entries: dict[tuple[str, int], dict[str, Any]] = {}
+    for c in newest.values():
+        entry = entries.setdefault(
+            (c.part, c.offset), {"offset": c.offset, "counts": {}, "sketches": {}, "platform": {}}
+        )
+        if c.video_id == PLATFORM:
+            entry["platform"][c.bucket] = served_fields(c)
+            continue
+        key = f"{c.video_id}{SEP}{c.bucket}"
+        entry["counts"][key] = served_fields(c)
+        if c.sketches:
+            entry["sketches"][key] = c.sketches
+    nobody = PartitionState(settings.bucket_ms, settings.retention_ms, settings.retry_horizon_ms)
+    for (part, _), entry in sorted(entries.items()):
+        await sink(client, plan_sink(entry, nobody, part, now_ms, settings.retention_ms))
+    return len(newest)
