@@ -180,3 +180,9 @@ def rate_window(scope: str, subject: str) -> str:
 def videos_index() -> str:
     """Set of every video the speed layer has seen."""
     return f"{PREFIX}:videos"
+
+
+def region_peers() -> str:
+    """Hash of each peer region -> JSON of the replicator's state for it: when it last read the
+    peer's components topic to its end (`in_sync_at`, ms) and its last error (decision 0006)."""
+    return f"{PREFIX}:regions"

@@ -28,14 +28,33 @@ REGIONAL_FIELDS = frozenset({"likes", "dislikes"})
 PLATFORM = ""  # the video id of a platform component (every video's counts of a bucket)
 
 
-def check_region(name: str) -> str:
+def check_region(name: str, setting: str = "TALLY_REGION") -> str:
     """A region's name as settings, keys and part names use it; a clear error otherwise."""
     if not _REGION_RE.match(name):
         raise InvalidSetting(
-            f"TALLY_REGION={name!r} is not a region name: use 1-32 lowercase letters, digits or '-', "
+            f"{setting}: {name!r} is not a region name: use 1-32 lowercase letters, digits or '-', "
             "a letter first (e.g. eu-west)"
         )
     return name
+
+
+def parse_peers(value: str, region: str = "") -> dict[str, str]:
+    """`TALLY_REGION_PEERS`: 'us=host:9092,ap=host:9092' -> {region: broker bootstrap}; this
+    `region` may not be among them."""
+    peers: dict[str, str] = {}
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        name, sep, bootstrap = item.partition("=")
+        if not sep or ":" not in bootstrap:
+            raise InvalidSetting(
+                f"TALLY_REGION_PEERS: {item!r} is not region=host:port (e.g. us=10.0.0.7:9092)"
+            )
+        peer = check_region(name.strip(), "TALLY_REGION_PEERS")
+        if peer == region:
+            raise InvalidSetting(f"TALLY_REGION_PEERS names this region ({region!r}): list the others only")
+        peers[peer] = bootstrap.strip()
+    return peers
 
 
 class Component(msgspec.Struct, frozen=True, array_like=True):

@@ -9,11 +9,11 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from counting.errors import InvalidSetting
-from counting.regions import check_region
+from counting.regions import check_region, parse_peers
 
 HOUR_MS = 3_600_000
 # The shared secrets, each needed by an API: none has a usable default.
@@ -39,6 +39,14 @@ class Settings(BaseSettings):
         default="local",
         description="this region's name (decision 0006): its components and log rows carry it",
     )
+    region_peers: str = Field(
+        default="",
+        description="the other regions and their brokers, 'us=host:9092,ap=host:9092' (empty: one region)",
+    )
+    components_topic: str = Field(
+        default="components", description="where this region's counter publishes its components"
+    )
+    replicator_port: int = Field(default=6090, description="the replicator's /metrics port")
     retry_horizon_ms: int = Field(
         default=24 * HOUR_MS,
         gt=0,
@@ -152,6 +160,21 @@ class Settings(BaseSettings):
     @classmethod
     def _region_is_a_name(cls, value: str) -> str:
         return check_region(value)
+
+    @field_validator("region_peers")
+    @classmethod
+    def _peers_are_regions(cls, value: str, info: ValidationInfo) -> str:
+        if parse_peers(value, info.data.get("region", "")) and info.data.get("counter_state") != "worker":
+            raise ValueError(
+                "TALLY_REGION_PEERS needs the counter's state in the worker (its components cross "
+                "regions): set TALLY_COUNTER_STATE=worker too"
+            )
+        return value
+
+    @property
+    def peers(self) -> dict[str, str]:
+        """The other regions by name, each with its broker's bootstrap address."""
+        return parse_peers(self.region_peers, self.region)
 
     @field_validator("spark_conf", mode="before")
     @classmethod

@@ -1,5 +1,5 @@
-"""Run a speed-layer worker: `python -m speed_layer counter` or `python -m speed_layer archiver`
-(settings from the TALLY_* environment; SIGTERM stops it cleanly)."""
+"""Run a speed-layer worker: `python -m speed_layer counter`, `archiver` or `replicator` (settings
+from the TALLY_* environment; SIGTERM stops it cleanly)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from speed_layer.worker import run_worker
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m speed_layer", description=__doc__)
-    parser.add_argument("worker", choices=["counter", "archiver"])
+    parser.add_argument("worker", choices=["counter", "archiver", "replicator"])
     parser.add_argument("--loglevel", default="INFO")
     parser.add_argument(
         "--group",
@@ -35,6 +35,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--instance must be 1 or more (got {args.instance})")
     from counting.settings import Settings
 
+    if args.worker == "replicator":
+        from speed_layer.replicator import run_replicator
+
+        sys.exit(run_replicator(Settings(), args.loglevel))
     sys.exit(
         run_worker(args.worker, Settings(), args.loglevel, args.group, args.session_timeout, args.instance)
     )

@@ -17,6 +17,7 @@ from faust.types import TP, EventT, StreamT, TopicT
 from mode.types.signals import BaseSignalT
 
 from counting import redisconn
+from counting.regions import Component, encode_components
 from counting.settings import Settings
 from speed_layer import logs
 from speed_layer.archive_worker import ArchiveWorker
@@ -25,6 +26,7 @@ from speed_layer.counter_worker import Consumed, Counter, CounterWorker, count_s
 from speed_layer.deadletter import DeadLetter
 from speed_layer.fetch_wait import shorten_fetch_wait
 from speed_layer.records import Record
+from speed_layer.regions import Publish
 from speed_layer.state_counter import StateCounter
 from speed_layer.watermark import BrokerEndOffsets, Watermark
 
@@ -140,8 +142,11 @@ def create_counter_app(settings: Settings, options: WorkerOptions | None = None)
         delivery = await dead_letter_topic.send(key=letter.key, value=letter.value, headers=letter.headers)
         await delivery
 
-    counter = StateCounter if settings.counter_state == "worker" else CounterWorker
-    worker: Counter = counter(settings, client, send_dead_letter)
+    worker: Counter
+    if settings.counter_state == "worker":
+        worker = StateCounter(settings, client, send_dead_letter, publish=_publisher(app, settings))
+    else:
+        worker = CounterWorker(settings, client, send_dead_letter)
 
     @app.agent(events_topic, name="count")
     async def count(stream: StreamT[bytes]) -> None:
@@ -158,6 +163,22 @@ def create_counter_app(settings: Settings, options: WorkerOptions | None = None)
         await worker.claim(settings.events_topic, mine)
 
     return app
+
+
+def _publisher(app: faust.App, settings: Settings) -> Publish | None:
+    """With other regions: send the components of each entry the counter sank to this region's
+    components topic, one message a partition and batch, keyed by the partition (decision 0006)."""
+    if not settings.peers:
+        return None
+    topic = app.topic(settings.components_topic, key_serializer="raw", value_serializer="raw")
+
+    async def publish(components: list[Component]) -> None:
+        if components:
+            key = f"{settings.region}:{components[0].partition}".encode()
+            delivery = await topic.send(key=key, value=encode_components(components))
+            await delivery
+
+    return publish
 
 
 def _report_crash(crash: OnCrash | None, worker: str, exc: BaseException) -> None:

@@ -15,8 +15,8 @@ def milestones_dead_letter_topic(settings: Settings) -> str:
 
 
 def ensure_topics(settings: Settings, timeout: float = 15.0) -> None:
-    """Create the events topic (settings.topic_partitions partitions), its dead-letter topic, and the
-    milestones topic with its dead-letter topic."""
+    """Create the events topic (settings.topic_partitions partitions), its dead-letter topic, the
+    milestones topic with its dead-letter topic, and with other regions the components topic."""
     admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
     try:
         existing = set(admin.list_topics(timeout=timeout).topics)
@@ -31,6 +31,9 @@ def ensure_topics(settings: Settings, timeout: float = 15.0) -> None:
         NewTopic(settings.milestones_topic, num_partitions=1, replication_factor=1),
         NewTopic(milestones_dead_letter_topic(settings), num_partitions=1, replication_factor=1),
     ]
+    if settings.peers:  # they read it from this region's broker (decision 0006)
+        partitions = settings.topic_partitions
+        wanted.append(NewTopic(settings.components_topic, num_partitions=partitions, replication_factor=1))
     missing = [t for t in wanted if t.topic not in existing]
     if not missing:
         return

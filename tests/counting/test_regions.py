@@ -20,6 +20,7 @@ from counting.regions import (
     encode_components,
     latest_reactions,
     merge,
+    parse_peers,
     served_fields,
 )
 
@@ -145,5 +146,17 @@ def test_components_cross_the_wire_unchanged_and_keep_their_reactions_home() -> 
 
 @pytest.mark.parametrize("name", ["", "EU", "eu west", "1eu", "x" * 33])
 def test_a_bad_region_name_is_refused_naming_the_setting(name: str) -> None:
-    with pytest.raises(InvalidSetting, match="TALLY_REGION"):
+    with pytest.raises(InvalidSetting, match=f"TALLY_REGION: {name!r} is not a region name"):
         check_region(name)
+
+
+def test_peers_are_read_and_a_bad_one_is_refused_naming_it() -> None:
+    assert parse_peers(" us=10.0.0.7:9092, ap=h:1 ", "eu") == {"us": "10.0.0.7:9092", "ap": "h:1"}
+    for bad, reason in [
+        ("us", "'us' is not region=host:port"),
+        ("us=h", "'us=h' is not region=host:port"),
+        ("US=h:1", "TALLY_REGION_PEERS: 'US' is not a region name"),
+        ("eu=h:1", "names this region"),
+    ]:
+        with pytest.raises(InvalidSetting, match=reason):
+            parse_peers(bad, "eu")

@@ -1,0 +1,159 @@
+"""The replicator (decision 0006): reads each other region's components topic from that region's
+broker and applies the components to this region's Redis, then commits its position there; a peer
+it cannot reach is retried while this region counts on. Its state per peer (`keys.region_peers`):
+when it last reached the end of the peer's topic, and the last error."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import time
+from collections.abc import Callable
+
+import redis.asyncio as aioredis
+from aiokafka import AIOKafkaConsumer
+from aiokafka.errors import KafkaError
+from prometheus_client import Counter
+
+from counting import keys, redisconn
+from counting import logs as logging_setup
+from counting.regions import decode_components
+from counting.settings import Settings
+from speed_layer import logs, metrics
+from speed_layer.regions import apply_components
+
+APPLIED = Counter("tally_region_components", "Components received from a peer region", ["peer"])
+UNDECODABLE = Counter(
+    "tally_region_undecodable", "Component messages a peer sent that did not decode", ["peer"]
+)
+POLL_MS = 200
+RETRY_S = 1.0
+MAX_RECORDS = 2_000
+
+
+def group_of(settings: Settings) -> str:
+    """The consumer group this region reads every peer's components topic with."""
+    return f"tally-replicator-{settings.region}"
+
+
+class Replicator:
+    """One peer's components, into this region's Redis."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        client: aioredis.Redis,
+        peer: str,
+        bootstrap: str,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._settings = settings
+        self._client = client
+        self.peer = peer
+        self._bootstrap = bootstrap
+        self._clock = clock
+        self.applied = 0
+
+    def _now(self) -> int:
+        return int(self._clock() * 1000)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Read and apply until `stop` is set; an unreachable peer is retried every RETRY_S."""
+        while not stop.is_set():
+            consumer = AIOKafkaConsumer(
+                self._settings.components_topic,
+                bootstrap_servers=self._bootstrap,
+                group_id=group_of(self._settings),
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                session_timeout_ms=10_000,
+                heartbeat_interval_ms=3_000,
+            )
+            try:
+                await consumer.start()
+                logs.info("peer_reached", peer=self.peer, broker=self._bootstrap)
+                while not stop.is_set():
+                    await self.step(consumer)
+            except (KafkaError, OSError) as exc:
+                logs.warning("peer_unreachable", peer=self.peer, broker=self._bootstrap, error=repr(exc))
+                await self._record(error=f"{type(exc).__name__}: {exc}")
+                await _sleep_unless(stop, RETRY_S)
+            finally:
+                await consumer.stop()
+
+    async def step(self, consumer: AIOKafkaConsumer) -> int:
+        """One poll: apply what came, commit it, and note when the peer's topic was read to its end."""
+        batch = await consumer.getmany(timeout_ms=POLL_MS, max_records=MAX_RECORDS)
+        components = []
+        for messages in batch.values():
+            for message in messages:
+                try:
+                    components += decode_components(message.value or b"")
+                except ValueError as exc:  # msgspec's errors are ValueErrors
+                    UNDECODABLE.labels(self.peer).inc()
+                    logs.error(
+                        "component_undecodable",
+                        peer=self.peer,
+                        partition=message.partition,
+                        offset=message.offset,
+                        error=repr(exc),
+                    )
+        if components:
+            await apply_components(self._client, self._settings, components, self._now())
+            APPLIED.labels(self.peer).inc(len(components))
+            self.applied += len(components)
+        if batch:
+            await consumer.commit()
+        assigned = consumer.assignment()
+        ends = await consumer.end_offsets(list(assigned)) if assigned else {}
+        positions = {tp: await consumer.position(tp) for tp in ends}
+        if assigned and all(positions[tp] >= end for tp, end in ends.items()):
+            await self._record(in_sync_at=self._now())
+        return len(components)
+
+    async def _record(self, **fields: object) -> None:
+        name = keys.region_peers()
+        raw = await self._client.hget(name, self.peer)
+        status = json.loads(raw) if raw else {}
+        status.update(fields)
+        if "in_sync_at" in fields:
+            status["error"] = None
+        await self._client.hset(name, self.peer, json.dumps(status))
+
+
+async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+
+
+async def replicate(settings: Settings, stop: asyncio.Event) -> None:
+    """Run a replicator for every peer of `settings` until `stop` is set."""
+    client = redisconn.async_client(settings)
+    try:
+        replicators = [Replicator(settings, client, p, b) for p, b in settings.peers.items()]
+        logs.info("replicator_started", region=settings.region, peers=settings.peers)
+        await asyncio.gather(*(r.run(stop) for r in replicators))
+    finally:
+        await client.aclose()
+
+
+def run_replicator(settings: Settings, loglevel: str = "INFO") -> int:
+    """The replicator process: until SIGTERM or SIGINT; its /metrics on `replicator_port`."""
+    logging_setup.configure("replicator", loglevel)
+    if not settings.peers:
+        logs.error("replicator_without_peers", hint="set TALLY_REGION_PEERS, e.g. us=10.0.0.7:9092")
+        return 2
+    metrics.serve(settings.replicator_port, "replicator", host=settings.faust_web_host)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await replicate(settings, stop)
+
+    asyncio.run(main())
+    logs.info("worker_stopped", worker="replicator", code=0)
+    return 0
