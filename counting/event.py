@@ -33,7 +33,8 @@ PositiveSeconds = Annotated[float, msgspec.Meta(gt=0, le=1e9)]
 
 
 class Event(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True, gc=False):
-    """One accepted event; `ingest_ts` is stamped by the ingest API, never by the client."""
+    """One accepted event; `ingest_ts` (and, with several regions, `region`: where it was accepted,
+    decision 0006) are stamped by the ingest API, never by the client."""
 
     event_id: Id64
     type: EventType
@@ -47,6 +48,7 @@ class Event(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaul
     video_duration_secs: PositiveSeconds | None = None
     ja3: Annotated[str, msgspec.Meta(max_length=64)] | None = None
     ingest_ts: Millis | None = None
+    region: Annotated[str, msgspec.Meta(max_length=32)] | None = None
 
 
 class _Batch(msgspec.Struct, forbid_unknown_fields=True):
@@ -118,6 +120,8 @@ def check_rules(event: Event, now_ms: int) -> None:
             raise InvalidEvent("ip", f"not an IPv4 or IPv6 address (got {event.ip!r})") from None
     if event.ingest_ts is not None:
         raise InvalidEvent("ingest_ts", "set by the server; leave it out")
+    if event.region is not None:
+        raise InvalidEvent("region", "set by the server; leave it out")
 
 
 def parse_event(raw: bytes | str, now_ms: int) -> Event:
@@ -163,6 +167,7 @@ def parse_batch(body: bytes, now_ms: int) -> tuple[list[Event], list[dict[str, A
     return accepted, errors
 
 
-def stamped(event: Event, ingest_ts: int) -> Event:
-    """The event as the log keeps it: with the server's ingestion time."""
-    return msgspec.structs.replace(event, ingest_ts=ingest_ts)
+def stamped(event: Event, ingest_ts: int, region: str | None = None) -> Event:
+    """The event as the log keeps it: with the server's ingestion time (and, with several regions,
+    the region that accepted it)."""
+    return msgspec.structs.replace(event, ingest_ts=ingest_ts, region=region)

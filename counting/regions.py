@@ -126,13 +126,21 @@ def served_fields(component: Component) -> dict[str, int]:
     return {name: n for name, n in component.counts.items() if name not in REGIONAL_FIELDS}
 
 
+class Exchange(msgspec.Struct, frozen=True):
+    """One message of a region's components topic: what one partition's committed batch changed,
+    and the reaction events accepted in this region that it applied (they cross as events)."""
+
+    components: list[Component] = []
+    reactions: list[Event] = []
+
+
 _encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(list[Component])
+_decoder = msgspec.msgpack.Decoder(Exchange)
 
 
-def encode_components(components: list[Component]) -> bytes:
-    return _encoder.encode(components)
+def encode_exchange(exchange: Exchange) -> bytes:
+    return _encoder.encode(exchange)
 
 
-def decode_components(raw: bytes) -> list[Component]:
+def decode_exchange(raw: bytes) -> Exchange:
     return _decoder.decode(raw)

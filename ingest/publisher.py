@@ -160,6 +160,7 @@ class Publisher:
     ) -> None:
         self._settings = settings
         self._clock = clock
+        self._region = settings.region if settings.peers else None  # several regions: stamped
         self._lock = asyncio.Lock()
         self._producer: AIOKafkaProducer | None = None
         self._partitions = 0
@@ -219,6 +220,14 @@ class Publisher:
 
     async def publish(self, events: list[Event]) -> list[Event]:
         """Stamp and write the events; return them stamped once the broker has acknowledged all."""
+        return await self._write(events, stamp=True)
+
+    async def forward(self, events: list[Event]) -> None:
+        """Write events stamped elsewhere (another region's reactions, decision 0006) as they are,
+        routed as this region routes its own; return once the broker has acknowledged all."""
+        await self._write(events, stamp=False)
+
+    async def _write(self, events: list[Event], stamp: bool) -> list[Event]:
         if not events:
             return []
         producer = self._producer
@@ -233,8 +242,11 @@ class Publisher:
             async with asyncio.timeout(timeout):
                 async with self._lock:
                     partitions = await self._partition_count(producer)
-                    ingest_ts = self._clock()
-                    written = [stamped(e, ingest_ts) for e in events]
+                    if stamp:
+                        ingest_ts = self._clock()
+                        written = [stamped(e, ingest_ts, self._region) for e in events]
+                    else:
+                        written = events
                     grouped: dict[int, tuple[bytes, list[Event]]] = {}
                     for event in written:
                         key = record_key(

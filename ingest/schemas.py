@@ -47,7 +47,7 @@ def _event_schema(leave_out: set[str], optional: frozenset[str] = frozenset()) -
 
 
 def batch_body() -> dict[str, Any]:
-    events = {"type": "array", "items": _event_schema({"ingest_ts"})}
+    events = {"type": "array", "items": _event_schema({"ingest_ts", "region"})}
     schema = {
         "type": "object",
         "properties": {"events": events},
@@ -68,7 +68,8 @@ SINGLE_DESCRIPTION = (
 
 def single_body() -> dict[str, Any]:
     schema = _event_schema(
-        {"ingest_ts", "type", "video_id", "user_id", "ip", "user_agent"}, frozenset({"event_id", "ts"})
+        {"ingest_ts", "region", "type", "video_id", "user_id", "ip", "user_agent"},
+        frozenset({"event_id", "ts"}),
     )
     return {"requestBody": {"required": False, "content": {"application/json": {"schema": schema}}}}
 

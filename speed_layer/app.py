@@ -17,7 +17,7 @@ from faust.types import TP, EventT, StreamT, TopicT
 from mode.types.signals import BaseSignalT
 
 from counting import redisconn
-from counting.regions import Component, encode_components
+from counting.regions import Exchange, encode_exchange
 from counting.settings import Settings
 from speed_layer import logs
 from speed_layer.archive_worker import ArchiveWorker
@@ -166,16 +166,18 @@ def create_counter_app(settings: Settings, options: WorkerOptions | None = None)
 
 
 def _publisher(app: faust.App, settings: Settings) -> Publish | None:
-    """With other regions: send the components of each entry the counter sank to this region's
-    components topic, one message a partition and batch, keyed by the partition (decision 0006)."""
+    """With other regions: send what each entry the counter sank changed (its components, the
+    reactions accepted here) to this region's components topic, one message a partition and batch,
+    keyed by the partition (decision 0006)."""
     if not settings.peers:
         return None
     topic = app.topic(settings.components_topic, key_serializer="raw", value_serializer="raw")
 
-    async def publish(components: list[Component]) -> None:
-        if components:
-            key = f"{settings.region}:{components[0].partition}".encode()
-            delivery = await topic.send(key=key, value=encode_components(components))
+    async def publish(exchange: Exchange) -> None:
+        if exchange.components or exchange.reactions:
+            partition = exchange.components[0].partition if exchange.components else 0
+            key = f"{settings.region}:{partition}".encode()
+            delivery = await topic.send(key=key, value=encode_exchange(exchange))
             await delivery
 
     return publish
@@ -191,7 +193,7 @@ def create_archiver_app(settings: Settings, options: WorkerOptions | None = None
     options = options or WorkerOptions()
     app, events_topic = _events_app("archiver", settings, options)
     client = redisconn.async_client(settings)
-    log = ParquetLog(settings.raw_dir, settings.events_topic)
+    log = ParquetLog(settings.raw_dir, settings.events_topic, settings.region if settings.peers else None)
     end_offsets = BrokerEndOffsets(settings.kafka_bootstrap, settings.events_topic)
     watermark = Watermark(client, settings.events_topic, settings.delivery_timeout_ms, end_offsets)
     worker = ArchiveWorker(settings, log, watermark)

@@ -53,9 +53,12 @@ class ArchiveReport:
 class ParquetLog:
     """The Parquet log of one topic under `raw_dir`; knows, from its files, what it already holds."""
 
-    def __init__(self, raw_dir: Path, topic: str) -> None:
+    def __init__(self, raw_dir: Path, topic: str, region: str | None = None) -> None:
+        """`region`: with several regions, this one's name: events accepted in another region (its
+        reactions, forwarded here) belong to that region's log and are left out (decision 0006)."""
         self.raw_dir = raw_dir
         self.topic = topic
+        self.region = region
         self._next: dict[int, int] | None = None
         # Writes run in worker threads; a batch cancelled by a rebalance may still be writing
         # when the restarted agent writes the redelivered records: one writer at a time.
@@ -152,6 +155,8 @@ class ParquetLog:
                 continue
             for event in events:
                 assert event.ingest_ts is not None
+                if self.region is not None and event.region not in (None, self.region):
+                    continue
                 rows.setdefault(hour_dir(self.raw_dir, event.ingest_ts), []).append((event, record.offset))
         name = file_name(self.topic, partition, records[0].offset, records[-1].offset)
         staged: list[tuple[Path, Path]] = []

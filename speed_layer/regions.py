@@ -9,13 +9,13 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from counting.regions import PLATFORM, Component, merge, served_fields
+from counting.regions import PLATFORM, Component, Exchange, merge, served_fields
 from counting.settings import Settings
 from speed_layer.sink import plan_sink, sink
 from speed_layer.state import SEP, PartitionState
 
-# Where the state counter hands the components of each entry it sank (None: one region).
-Publish = Callable[[list[Component]], Awaitable[None]]
+# Where the state counter hands what each entry it sank changed (None: one region).
+Publish = Callable[[Exchange], Awaitable[None]]
 
 
 def components_of(

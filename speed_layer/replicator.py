@@ -1,7 +1,8 @@
 """The replicator (decision 0006): reads each other region's components topic from that region's
-broker and applies the components to this region's Redis, then commits its position there; a peer
-it cannot reach is retried while this region counts on. Its state per peer (`keys.region_peers`):
-when it last reached the end of the peer's topic, and the last error."""
+broker, applies the components to this region's Redis and writes the reactions accepted there to
+this region's events topic (its counter applies them by the like rule), then commits its position
+there; a peer it cannot reach is retried while this region counts on. Its state per peer
+(`keys.region_peers`): when it last reached the end of the peer's topic, and the last error."""
 
 from __future__ import annotations
 
@@ -19,14 +20,19 @@ from prometheus_client import Counter
 
 from counting import keys, redisconn
 from counting import logs as logging_setup
-from counting.regions import decode_components
+from counting.regions import decode_exchange
 from counting.settings import Settings
+from ingest.errors import BrokerUnavailable
+from ingest.publisher import Publisher
 from speed_layer import logs, metrics
 from speed_layer.regions import apply_components
 
 APPLIED = Counter("tally_region_components", "Components received from a peer region", ["peer"])
 UNDECODABLE = Counter(
     "tally_region_undecodable", "Component messages a peer sent that did not decode", ["peer"]
+)
+FORWARDED = Counter(
+    "tally_region_reactions", "Reactions of a peer region written to the events topic", ["peer"]
 )
 POLL_MS = 200
 RETRY_S = 1.0
@@ -45,12 +51,14 @@ class Replicator:
         self,
         settings: Settings,
         client: aioredis.Redis,
+        publisher: Publisher,
         peer: str,
         bootstrap: str,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._settings = settings
         self._client = client
+        self._publisher = publisher
         self.peer = peer
         self._bootstrap = bootstrap
         self._clock = clock
@@ -76,6 +84,10 @@ class Replicator:
                 logs.info("peer_reached", peer=self.peer, broker=self._bootstrap)
                 while not stop.is_set():
                     await self.step(consumer)
+            except BrokerUnavailable as exc:  # this region's broker: the batch is read again
+                logs.warning("forward_failed", peer=self.peer, error=str(exc))
+                await self._record(error=str(exc))
+                await _sleep_unless(stop, RETRY_S)
             except (KafkaError, OSError) as exc:
                 logs.warning("peer_unreachable", peer=self.peer, broker=self._bootstrap, error=repr(exc))
                 await self._record(error=f"{type(exc).__name__}: {exc}")
@@ -86,11 +98,13 @@ class Replicator:
     async def step(self, consumer: AIOKafkaConsumer) -> int:
         """One poll: apply what came, commit it, and note when the peer's topic was read to its end."""
         batch = await consumer.getmany(timeout_ms=POLL_MS, max_records=MAX_RECORDS)
-        components = []
+        components, reactions = [], []
         for messages in batch.values():
             for message in messages:
                 try:
-                    components += decode_components(message.value or b"")
+                    exchange = decode_exchange(message.value or b"")
+                    components += exchange.components
+                    reactions += exchange.reactions
                 except ValueError as exc:  # msgspec's errors are ValueErrors
                     UNDECODABLE.labels(self.peer).inc()
                     logs.error(
@@ -104,6 +118,9 @@ class Replicator:
             await apply_components(self._client, self._settings, components, self._now())
             APPLIED.labels(self.peer).inc(len(components))
             self.applied += len(components)
+        if reactions:  # the counter here skips the copies it has seen (event ids)
+            await self._publisher.forward(reactions)
+            FORWARDED.labels(self.peer).inc(len(reactions))
         if batch:
             await consumer.commit()
         assigned = consumer.assignment()
@@ -131,11 +148,13 @@ async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:
 async def replicate(settings: Settings, stop: asyncio.Event) -> None:
     """Run a replicator for every peer of `settings` until `stop` is set."""
     client = redisconn.async_client(settings)
+    publisher = Publisher(settings)
     try:
-        replicators = [Replicator(settings, client, p, b) for p, b in settings.peers.items()]
+        replicators = [Replicator(settings, client, publisher, p, b) for p, b in settings.peers.items()]
         logs.info("replicator_started", region=settings.region, peers=settings.peers)
         await asyncio.gather(*(r.run(stop) for r in replicators))
     finally:
+        await publisher.stop()
         await client.aclose()
 
 

@@ -66,6 +66,7 @@ class Changes:
 
     keys: dict[str, set[str]] = field(default_factory=lambda: {t: set() for t in TABLES})
     sketches: dict[str, list[str]] = field(default_factory=dict)
+    forward: list[Event] = field(default_factory=list)  # this region's reactions, for the others
 
 
 class PartitionState:
@@ -94,15 +95,21 @@ class PartitionState:
     @property
     def changed(self) -> bool:
         """Whether anything changed since the last `delta`."""
-        return any(self.changes.keys.values()) or bool(self.changes.sketches)
+        return any(self.changes.keys.values()) or bool(self.changes.sketches) or bool(self.changes.forward)
 
     # -- applying events -------------------------------------------------------------------------
 
-    def arrive(self, ingest_ts: int) -> None:
-        """An event of any type reached the partition: the platform's `events` of its bucket."""
+    def arrive(self, ingest_ts: int, here: bool = True) -> None:
+        """An event of any type reached the partition: the platform's `events` of its bucket (one
+        accepted in another region is counted there: `here` False)."""
         if ingest_ts > self.newest_ingest:
             self.newest_ingest = ingest_ts
-        self._add_platform(str(_bucket_of(ingest_ts, self.bucket_ms)), "events", 1)
+        if here:
+            self._add_platform(str(_bucket_of(ingest_ts, self.bucket_ms)), "events", 1)
+
+    def forward(self, event: Event) -> None:
+        """A reaction accepted in this region, for the other regions (with the next entry)."""
+        self.changes.forward.append(event)
 
     def is_first_copy(self, video: str, event_id: str) -> bool:
         return video + SEP + event_id not in self.seen
@@ -316,6 +323,8 @@ class PartitionState:
             values = getattr(self, table)
             entry[table] = {key: values.get(key) for key in changes.keys[table]}
         entry["sketches"] = changes.sketches
+        if changes.forward:
+            entry["forward"] = changes.forward
         return entry
 
     def snapshot(self) -> dict[str, object]:

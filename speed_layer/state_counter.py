@@ -19,6 +19,8 @@ import redis.asyncio as aioredis
 
 from counting import rules
 from counting.bots import RulesInUse
+from counting.event import Event
+from counting.regions import Exchange
 from counting.settings import Settings
 from counting.values import ShardPlan
 from speed_layer import logs, metrics
@@ -268,7 +270,8 @@ class StateCounter:
             owned.snapshot_bytes, owned.log_bytes = len(commit.snapshot), entry_bytes
 
     def _apply(self, state: PartitionState, event: Any, bot_filter: Any, commit: Commit) -> None:
-        state.arrive(event.ingest_ts)
+        here = event.region is None or event.region == self._settings.region
+        state.arrive(event.ingest_ts, here)
         kind = event.type
         if kind == "heartbeat" or kind == "leave":
             state.presence(event)
@@ -279,6 +282,8 @@ class StateCounter:
             verdict = judge_view(event, viewer, first, self.windows, bot_filter)
         elif kind in rules.REACTION_STATE and event.user_id is not None:
             viewer, verdict = event.user_id, REACTION
+            if here and self._publish is not None:
+                state.forward(event)
         else:
             return
         if state.count(event, verdict, viewer, rules.viewer_digest(viewer)):
@@ -366,10 +371,13 @@ class StateCounter:
         return report
 
     async def _published(self, entry: dict[str, Any], state: PartitionState, partition: int) -> None:
-        """Hand the components of a sunk entry to `publish` (several regions only)."""
+        """Hand what a sunk entry changed to `publish` (several regions only): its components, and
+        the reactions accepted here that it applied (a restored entry holds them decoded)."""
         if self._publish is not None:
             topic = self._settings.events_topic
-            await self._publish(components_of(entry, state, self._settings.region, topic, partition))
+            components = components_of(entry, state, self._settings.region, topic, partition)
+            reactions = [msgspec.convert(e, Event) for e in entry.get("forward", [])]
+            await self._publish(Exchange(components, reactions))
 
     async def _hand_over(self, owned: Owned, commit: Commit) -> None:
         """After a commit of a home partition: announce the shard plans it holds, and hand off the

@@ -15,9 +15,10 @@ from counting.errors import InvalidSetting
 from counting.event import Event
 from counting.regions import (
     Component,
+    Exchange,
     check_region,
-    decode_components,
-    encode_components,
+    decode_exchange,
+    encode_exchange,
     latest_reactions,
     merge,
     parse_peers,
@@ -140,7 +141,9 @@ def test_reactions_merged_in_any_order_give_the_oracles_likes_and_dislikes(seed:
 
 def test_components_cross_the_wire_unchanged_and_keep_their_reactions_home() -> None:
     component = Component("eu", "events", 2, "v1", 9, 41, {"views": 4, "likes": 1}, ["d1"])
-    assert decode_components(encode_components([component])) == [component]
+    reaction = _reactions(1, 1)[0]
+    exchange = Exchange([component], [reaction])
+    assert decode_exchange(encode_exchange(exchange)) == exchange
     assert served_fields(component) == {"views": 4}
 
 

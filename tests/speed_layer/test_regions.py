@@ -1,7 +1,7 @@
-"""Two regions, each its own Redis and state counter, exchanging the components their counters
-publish (decision 0006): delivered in any order, repeated and delayed, they leave both regions'
-read keys with the oracle's counts of every event of both, and a repeat or an old component after
-that changes nothing."""
+"""Two regions, each its own Redis and state counter, exchanging what their counters publish
+(decision 0006): components delivered in any order, repeated and delayed, and each region's
+reactions applied by the other's counter, leave both regions' read keys with the oracle's counts of
+every event of both; a repeat or an old component after that changes nothing."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ import redis.asyncio as aioredis
 
 from counting import keys, oracle, rules
 from counting.event import REACTION_TYPES, Event
-from counting.regions import Component
+from counting.regions import Component, Exchange
 from counting.settings import Settings
+from speed_layer.records import Record
 from speed_layer.regions import apply_components
 from speed_layer.state_counter import StateCounter
 from tests.speed_layer.helpers import Traffic, no_dead_letters, pack, speed_counts
@@ -38,32 +39,50 @@ def other_redis(redis_url: str) -> Iterator[str]:
     client.close()
 
 
-def _regional(events: list[Event], region: str) -> list[Event]:
-    """A region's traffic: its own viewers (geo routing keeps a viewer in one region), no reactions
-    (they cross regions as events, not built yet)."""
+def _regional(events: list[Event], region: str, reacting: set[str] | None = None) -> list[Event]:
+    """A region's traffic as its ingest API stamps it: its own viewers (geo routing keeps a viewer in
+    one region); the users in `reacting` react in every region (a like here, an unlike there)."""
 
-    def local(value: str | None) -> str | None:
-        return f"{region}-{value}" if value is not None else None
+    def local(value: str | None, shared: bool = False) -> str | None:
+        return value if value is None or shared else f"{region}-{value}"
 
     return [
-        msgspec.structs.replace(e, user_id=local(e.user_id), session_id=local(e.session_id))
+        msgspec.structs.replace(
+            e,
+            user_id=local(e.user_id, e.type in REACTION_TYPES and e.user_id in (reacting or set())),
+            session_id=local(e.session_id),
+            region=region,
+        )
         for e in events
-        if e.type not in REACTION_TYPES
     ]
 
 
-async def _count(settings: Settings, client: aioredis.Redis, events: list[Event]) -> list[Component]:
-    published: list[Component] = []
+class Region:
+    """One region's state counter, and what it published."""
 
-    async def publish(components: list[Component]) -> None:
-        published.extend(components)
+    def __init__(self, settings: Settings, client: aioredis.Redis) -> None:
+        self.settings, self.client = settings, client
+        self.components: list[Component] = []
+        self.reactions: list[Event] = []
+        self.worker = StateCounter(settings, client, no_dead_letters, publish=self._publish)
+        self.offsets: dict[int, int] = {}
 
-    worker = StateCounter(settings, client, no_dead_letters, publish=publish)
-    await worker.claim(settings.events_topic, list(range(PARTITIONS)))
-    records = pack(events, PARTITIONS, topic=settings.events_topic, per_record=3)
-    for start in range(0, len(records), 5):
-        await worker.handle(records[start : start + 5])
-    return published
+    async def _publish(self, exchange: Exchange) -> None:
+        self.components += exchange.components
+        self.reactions += exchange.reactions
+
+    async def count(self, events: list[Event]) -> None:
+        """The events, as records after those counted before (the events topic of this region)."""
+        if not self.worker.owned:
+            await self.worker.claim(self.settings.events_topic, list(range(PARTITIONS)))
+        records = [
+            Record(r.topic, r.partition, r.offset + self.offsets.get(r.partition, 0), r.value)
+            for r in pack(events, PARTITIONS, topic=self.settings.events_topic, per_record=3)
+        ]
+        for r in records:
+            self.offsets[r.partition] = max(self.offsets.get(r.partition, 0), r.offset + 1)
+        for start in range(0, len(records), 5):
+            await self.worker.handle(records[start : start + 5])
 
 
 async def test_two_regions_exchanging_components_serve_the_oracles_counts_of_both(
@@ -77,28 +96,36 @@ async def test_two_regions_exchanging_components_serve_the_oracles_counts_of_bot
         ),
     }
     sync = {"eu": redis_client, "us": redis.Redis.from_url(other_redis)}
+    travellers = {f"u{n}" for n in range(0, 1_000, 7)}  # they react in both regions
     events = {
-        "eu": _regional(Traffic(seed=61, now_ms=T0, step_ms=20).clean(n=700), "eu"),
-        "us": _regional(Traffic(seed=62, now_ms=T0, step_ms=20).clean(n=700), "us"),
+        "eu": _regional(Traffic(seed=61, now_ms=T0, step_ms=20).clean(n=700), "eu", travellers),
+        "us": _regional(Traffic(seed=62, now_ms=T0, step_ms=20).clean(n=700), "us", travellers),
     }
     everything = events["eu"] + events["us"]
     expected = oracle.count(everything)
     assert sum(c.views for c in expected.values()) and sum(c.repeat_views for c in expected.values())
-    published = {name: await _count(s, c, events[name]) for name, (s, c) in regions.items()}
-    assert all(published.values())
+    assert sum(c.likes for c in expected.values()) and sum(c.dislikes for c in expected.values())
+    counters = {name: Region(s, c) for name, (s, c) in regions.items()}
+    for name, counter in counters.items():
+        await counter.count(events[name])
+    assert all(c.components and c.reactions for c in counters.values())
+    assert all(e.region == name for name, c in counters.items() for e in c.reactions)
 
     rng = random.Random(6)
     for here, there in (("eu", "us"), ("us", "eu")):
-        received = published[there] + rng.sample(published[there], len(published[there]) // 3)
+        published = counters[there].components
+        received = published + rng.sample(published, len(published) // 3)
         rng.shuffle(received)
         half = len(received) // 2
         settings_here, client_here = regions[here]
         await apply_components(client_here, settings_here, received[half:], T0)  # the rest delayed
         await apply_components(client_here, settings_here, received[:half], T0)
+        reactions = counters[there].reactions
+        await counters[here].count(reactions + rng.sample(reactions, 20))  # some twice
         assert {v: speed_counts(sync[here], v) for v in expected} == expected, here
 
         await apply_components(client_here, settings_here, rng.sample(received, 40), T0)  # old ones again
-        await apply_components(client_here, settings_here, published[here], T0)  # its own: ignored
+        await apply_components(client_here, settings_here, counters[here].components, T0)  # its own
         assert {v: speed_counts(sync[here], v) for v in expected} == expected, here
         buckets = {rules.bucket_of(e.ingest_ts or 0, settings.bucket_ms) for e in everything}
         platform_events = sum(int(sync[here].hget(keys.platform(b), "events") or 0) for b in buckets)

@@ -1,5 +1,6 @@
 """Two regions on this machine, each its own broker, Redis database, counter and replicator processes
-(decision 0006): every region serves the oracle's counts of both regions' events; while one
+(decision 0006): every region serves the oracle's counts of both regions' events (views by
+components, reactions applied by each region's counter); while one
 replicator is stopped (the link is cut) its region keeps counting its own events and lags on the
 other's, and once it runs again it catches up from where it stopped."""
 
@@ -85,8 +86,10 @@ def test_two_regions_each_serve_both_regions_counts_and_catch_up_after_a_cut(
     }
     sent: list[Event] = []
 
+    travellers = {f"u{n}" for n in range(0, 1_000, 5)}  # they react in both regions
+
     def send(region: str, n: int) -> None:
-        events = _regional(traffic[region].clean(n=n), region)
+        events = _regional(traffic[region].clean(n=n), region, travellers)
         produce_events(regions[region].kafka_bootstrap, regions[region], events, per_record=3)
         sent.extend(events)
 
