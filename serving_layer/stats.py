@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -10,7 +11,7 @@ import msgspec
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from counting import rules, values
+from counting import keys, rules, values
 from counting.bots import RulesInUse
 from counting.display import readable
 from counting.settings import Settings
@@ -107,6 +108,7 @@ class StatsReader:
             degraded.append("speed layer unreachable: counts are the batch baseline only")
         if baseline is not None and now - baseline.cutoff > self.settings.retention_ms:
             degraded.append("baseline older than the speed retention: recent counts may be missing")
+        regions = await self._regions(now, degraded) if self.settings.peers else None
         merged = merge(video_id, baseline.get(video_id) if baseline else None, speed)
         body = {
             "video_id": video_id,
@@ -127,7 +129,30 @@ class StatsReader:
             "approx": bool(degraded) or merged.approx,
             "degraded": degraded,
         }
+        if regions is not None:
+            body["regions"] = regions
         return Answer(body, encode_json(body))
+
+    async def _regions(self, now: int, degraded: list[str]) -> dict[str, dict[str, Any]]:
+        """This region and each peer with the age of the components it holds from it: the time
+        since its replicator last read the peer's components to their end (None: never)."""
+        found: dict[str, dict[str, Any]] = {self.settings.region: {"local": True, "age_ms": 0}}
+        try:
+            raw = await self.redis.hgetall(keys.region_peers())
+        except REDIS_ERRORS:
+            raw = {}
+        statuses = {(k.decode() if isinstance(k, bytes) else k): json.loads(v) for k, v in raw.items()}
+        for peer in sorted(self.settings.peers):
+            status = statuses.get(peer, {})
+            synced = status.get("in_sync_at")
+            age = now - synced if synced else None
+            found[peer] = {"local": False, "age_ms": age, "error": status.get("error")}
+            if status.get("error") or not synced:
+                why = status.get("error") or "never reached"
+                degraded.append(
+                    f"region {peer}: its counts here may be behind ({why}); see the replicator's log"
+                )
+        return found
 
     async def user_reaction(self, video_id: str, user_id: str) -> tuple[str | None, str | None]:
         """liked / disliked / none, read uncached (strongly consistent), and why it may be wrong:

@@ -132,6 +132,8 @@ def _port_of(settings: Settings, name: str) -> tuple[int, str]:
         return settings.ingest_port, "TALLY_INGEST_PORT"
     if name == "serving":
         return settings.serving_port, "TALLY_SERVING_PORT"
+    if name == "replicator":
+        return settings.replicator_port, "TALLY_REPLICATOR_PORT"
     from speed_layer.worker import metrics_port  # imports Faust: only when a worker starts
 
     return metrics_port(settings, *kind_and_instance(name)), "TALLY_FAUST_WEB_PORT"

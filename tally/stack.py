@@ -26,6 +26,7 @@ STATE_FILE = "stack.json"
 WORKERS: dict[str, list[str]] = {
     "counter": ["-m", "speed_layer", "counter"],
     "archiver": ["-m", "speed_layer", "archiver"],
+    "replicator": ["-m", "speed_layer", "replicator"],
     "ingest": ["-m", "ingest"],
     "serving": ["-m", "serving_layer"],
 }
@@ -37,13 +38,14 @@ SCALED = {"counter": "counters", "archiver": "archivers"}
 LISTENS = {
     "counter": "the counter's metrics",
     "archiver": "the archiver's metrics",
+    "replicator": "the replicator's metrics",
     "ingest": "the ingest API",
     "serving": "the serving API",
 }
 SERVICES = ("broker", "redis")
 LOCAL_HOSTS = ("127.0.0.1", "localhost")
 # Stopping goes from the APIs and workers to the services they use, a tier at a time.
-STOP_TIERS = (("ingest", "serving"), ("counter", "archiver"), ("redis", "broker"))
+STOP_TIERS = (("ingest", "serving"), ("counter", "archiver", "replicator"), ("redis", "broker"))
 # Settings the record leaves out: the data directory (where the record lies) and the credentials,
 # which come from the environment or the stack's secrets file.
 NOT_RECORDED = frozenset(
@@ -249,6 +251,8 @@ def process_names(settings: Settings) -> list[str]:
     """The platform's own processes the stack runs with these settings, in start order."""
     names: list[str] = []
     for kind in WORKERS:
+        if kind == "replicator" and not settings.peers:
+            continue  # one region: nothing to replicate (decision 0006)
         count = getattr(settings, SCALED[kind]) if kind in SCALED else 1
         names += [kind, *(f"{kind}-{n}" for n in range(2, count + 1))]
     return names
