@@ -16,12 +16,16 @@ events. Prints one line of JSON and writes bench/results/regions.json:
   the end of the cut (`regions` there);
 - `converge_s`: from the restored link until every region serves the oracle's counts;
 - `lost`, `doubled`: over every region and video, counts below / above the oracle's at the end;
-- `converged`: every region serves the oracle's views, likes, dislikes and unique viewers.
+- `converged`: every region serves the oracle's views, likes, dislikes and unique viewers;
+- `restart_converge_s`, `restart_converged`: then the second region restarts empty (its Redis
+  flushed, its counter and replicator stopped, `tally speed rebuild` from its own log, both started
+  again: the replicator reads every peer from the start): until it serves the oracle's counts again.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 import tempfile
@@ -32,13 +36,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pyarrow.dataset as ds
+import redis
 
 from bench.machine import machine
-from counting import oracle
+from counting import oracle, redisconn
 from counting.event import REACTION_TYPES, Event
 from counting.settings import Settings
+from speed_layer.rebuild import rebuild
 from tally.loadgen import post_traffic
-from tally.operations import start_one, stop_one
+from tally.operations import bring_down, start_one, stop_one
 from tally.secrets import with_local_secrets
 from tally.services import free_port, free_ports
 from tally.stack import Stack, start_stack
@@ -148,6 +155,37 @@ def _post(region: Region, items: list[Any], sent: list[Event]) -> int:
     return len(posted.refused)
 
 
+def _restart_empty(region: Region, own_events: int) -> None:
+    """The region loses its Redis: counter and replicator stop, Redis is emptied once its archiver
+    logged all its own events, the speed state is rebuilt from its log, both start again."""
+    settings = region.settings
+    for name in ("counter", "replicator"):
+        stop_one(settings, name)
+    _wait(lambda: _log_rows(settings.raw_dir) >= own_events, f"{region.name}'s archiver logging its events")
+    client = redis.Redis.from_url(settings.redis_url)
+    try:
+        client.flushall()
+    finally:
+        client.close()
+
+    async def rebuilt() -> None:
+        client = redisconn.async_client(settings)
+        try:
+            await rebuild(settings, client)
+        finally:
+            await client.aclose()
+
+    asyncio.run(rebuilt())
+    for name in ("counter", "replicator"):
+        start_one(settings, name)
+
+
+def _log_rows(raw_dir: Path) -> int:
+    if not any(raw_dir.rglob("*.parquet")):
+        return 0
+    return int(ds.dataset(raw_dir, format="parquet", partitioning="hive").count_rows())
+
+
 def run(count: int, events: int, cut_s: float, root: Path) -> dict[str, Any]:
     regions = _regions(count, root)
     sent: list[Event] = []
@@ -195,10 +233,20 @@ def run(count: int, events: int, cut_s: float, root: Path) -> dict[str, Any]:
             gap = _gap(served, expected)
             lost, doubled = lost + gap[0], doubled + gap[1]
             converged = converged and served == expected
-    finally:
+
+        print(f"restarting region {b.name} empty", file=sys.stderr)
+        restarted = time.monotonic()
+        _restart_empty(b, sum(1 for e in sent if e.event_id.startswith(f"{b.name}-")))
+        restart_converged = True
+        try:
+            _wait(lambda: _all_serve(regions, sent), "convergence after the empty restart")
+        except RuntimeError:
+            restart_converged = False
+        restart_s = time.monotonic() - restarted
+    finally:  # what the stack record holds now (the restarts replaced processes)
         for region in regions:
             if region.stack is not None:
-                region.stack.stop()
+                bring_down(region.settings)
     return {
         "benchmark": "regions",
         "regions": count,
@@ -212,6 +260,8 @@ def run(count: int, events: int, cut_s: float, root: Path) -> dict[str, Any]:
         "lost": lost,
         "doubled": doubled,
         "converged": converged,
+        "restart_converge_s": round(restart_s, 2),
+        "restart_converged": restart_converged,
         "machine": machine(),
     }
 

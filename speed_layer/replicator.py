@@ -12,9 +12,10 @@ import json
 import signal
 import time
 from collections.abc import Callable
+from typing import Any
 
 import redis.asyncio as aioredis
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 from aiokafka.errors import KafkaError
 from prometheus_client import Counter
 
@@ -71,7 +72,6 @@ class Replicator:
         """Read and apply until `stop` is set; an unreachable peer is retried every RETRY_S."""
         while not stop.is_set():
             consumer = AIOKafkaConsumer(
-                self._settings.components_topic,
                 bootstrap_servers=self._bootstrap,
                 group_id=group_of(self._settings),
                 enable_auto_commit=False,
@@ -81,6 +81,7 @@ class Replicator:
             )
             try:
                 await consumer.start()
+                consumer.subscribe([self._settings.components_topic], listener=_FromStart(self, consumer))
                 logs.info("peer_reached", peer=self.peer, broker=self._bootstrap)
                 while not stop.is_set():
                     await self.step(consumer)
@@ -130,6 +131,11 @@ class Replicator:
             await self._record(in_sync_at=self._now())
         return len(components)
 
+    async def in_sync_before(self) -> bool:
+        """Whether this region's Redis holds what was read from the peer (it noted an end reached)."""
+        raw = await self._client.hget(keys.region_peers(), self.peer)
+        return raw is not None and "in_sync_at" in json.loads(raw)
+
     async def _record(self, **fields: object) -> None:
         name = keys.region_peers()
         raw = await self._client.hget(name, self.peer)
@@ -138,6 +144,24 @@ class Replicator:
         if "in_sync_at" in fields:
             status["error"] = None
         await self._client.hset(name, self.peer, json.dumps(status))
+
+
+class _FromStart(ConsumerRebalanceListener):
+    """On assignment: read the peer's topic from its start when this region's Redis holds nothing
+    read from it (a new region, or one whose Redis was emptied: its committed position on the
+    peer's broker is past what it lost)."""
+
+    def __init__(self, replicator: Replicator, consumer: AIOKafkaConsumer) -> None:
+        self._replicator = replicator
+        self._consumer = consumer
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        return None
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        if assigned and not await self._replicator.in_sync_before():
+            await self._consumer.seek_to_beginning(*assigned)
+            logs.info("peer_read_from_start", peer=self._replicator.peer, partitions=len(assigned))
 
 
 async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:

@@ -1,7 +1,8 @@
 """`python -m bench.regions` with two regions, each a whole local stack (`tally up` with
 TALLY_REGION_PEERS: its own broker, Redis, counter, archiver, replicator and APIs): no region
 refuses a write while the link is cut, they diverge during the cut and the stats answer ages the
-cut peer's components, and after it every region serves the oracle's counts of all events."""
+cut peer's components, after it every region serves the oracle's counts of all events, and a
+region restarted empty (Redis lost) catches up from its log and the other's components."""
 
 from __future__ import annotations
 
@@ -25,3 +26,4 @@ def test_two_regions_converge_on_the_oracles_counts_after_a_cut(tmp_path: Path) 
     assert result["max_divergence"] > 0  # the cut kept each region's new events from the other
     assert result["cut_peer_age_ms"] >= cut_s * 1000
     assert (result["lost"], result["doubled"], result["converged"]) == (0, 0, True)
+    assert result["restart_converged"] is True
