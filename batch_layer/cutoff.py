@@ -52,6 +52,27 @@ def read_watermark(client: redis.Redis, redis_url: str) -> int:
         ) from None
 
 
+def log_watermark(settings: Settings, client: redis.Redis) -> int:
+    """The watermark of the log the batch reads: this region's archiver watermark, and with several
+    regions the least of every region's (each archiver writes its own beside its part of the log:
+    `Settings.watermark_file`), so a cutoff is closed only once every region's log holds it."""
+    own = read_watermark(client, settings.redis_url)
+    if not settings.peers:
+        return own
+    found = [own]
+    for region in sorted({settings.region, *settings.peers}):
+        path = settings.raw_dir / f"region={region}" / "_watermark"
+        try:
+            found.append(int(path.read_text()))
+        except (OSError, ValueError):
+            raise WatermarkUnavailable(
+                f"region {region} has no archiver watermark at {path} yet: its archiver writes it there "
+                f"once it has logged its events under {settings.raw_dir} (TALLY_LOG_ROOT, shared by "
+                "every region)"
+            ) from None
+    return min(found)
+
+
 def require_closed_cutoff(settings: Settings, cutoff_ms: int) -> int:
     """Check `cutoff_ms` against the settings' bucket width and the watermark in Redis.
 
@@ -61,7 +82,7 @@ def require_closed_cutoff(settings: Settings, cutoff_ms: int) -> int:
     check_on_bucket_edge(cutoff_ms, settings.bucket_ms)
     client = redisconn.sync_client(settings, socket_connect_timeout=5.0)
     try:
-        watermark = read_watermark(client, settings.redis_url)
+        watermark = log_watermark(settings, client)
     finally:
         client.close()
     check_closed(cutoff_ms, watermark)

@@ -1,13 +1,16 @@
 """Several regions on one machine (decision 0006): each counts locally, all converge, none waits.
 
 `python -m bench.regions [--regions 3] [--events 600] [--cut-s 8]` starts one local stack per
-region (its own broker, redis-server, counter, archiver, replicator and both APIs, on free ports),
-posts traffic into every region (each region's own viewers, on shared videos; some users react in
-several regions), then cuts the link between the first two regions (both replicators of the pair
-stop: each region's components and reactions stop reaching the other; a TCP proxy cannot stand in
-for the link, as the broker hands its own address to clients), posts more traffic everywhere
-during the cut, restores the link and waits until every region serves the oracle's counts of all
-events. Prints one line of JSON and writes bench/results/regions.json:
+region (its own broker, redis-server, counter, archiver, replicator and both APIs, on free ports;
+one log root shared by all, each region writing its own `region=<name>` part) and posts traffic
+into every region (each region's own viewers, on shared videos; some users react in several
+regions). It runs the batch once over the union of the logs, at a cutoff every region's watermark
+closed, and hands its baseline to every region (what a shared store does in production). Then it
+cuts the link between the first two regions (both replicators of the pair stop: each region's
+components and reactions stop reaching the other; a TCP proxy cannot stand in for the link, as the
+broker hands its own address to clients), posts more traffic everywhere during the cut, restores
+the link and waits until every region serves the oracle's counts of all events. Prints one line
+of JSON and writes bench/results/regions.json:
 
 - `refused_during_cut`: events any region's ingest API refused during the cut (0 expected);
 - `max_divergence`: the largest gap, in views, likes and dislikes summed over the videos, between
@@ -16,6 +19,8 @@ events. Prints one line of JSON and writes bench/results/regions.json:
   the end of the cut (`regions` there);
 - `converge_s`: from the restored link until every region serves the oracle's counts;
 - `lost`, `doubled`: over every region and video, counts below / above the oracle's at the end;
+- `batch_cutoff`, `baseline_everywhere`: the batch's cutoff, and whether every region then served
+  the oracle's counts as baseline + its buckets from the cutoff on;
 - `converged`: every region serves the oracle's views, likes, dislikes and unique viewers;
 - `restart_converge_s`, `restart_converged`: then the second region restarts empty (its Redis
   flushed, its counter and replicator stopped, `tally speed rebuild` from its own log, both started
@@ -27,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -39,13 +45,15 @@ import httpx
 import pyarrow.dataset as ds
 import redis
 
+from batch_layer.errors import WatermarkUnavailable
 from bench.machine import machine
-from counting import oracle, redisconn
+from counting import oracle, redisconn, rules
 from counting.event import REACTION_TYPES, Event
 from counting.settings import Settings
 from speed_layer.rebuild import rebuild
 from tally.loadgen import post_traffic
 from tally.operations import bring_down, start_one, stop_one
+from tally.pipeline import latest_closed_cutoff
 from tally.secrets import with_local_secrets
 from tally.services import free_port, free_ports
 from tally.stack import Stack, start_stack
@@ -89,7 +97,9 @@ def _regions(count: int, root: Path) -> list[Region]:
             faust_web_port=free_ports(2),
             replicator_port=free_port(),
             topic_partitions=2,
-            bucket_ms=60_000,
+            bucket_ms=2_000,
+            delivery_timeout_ms=1_000,
+            log_root=root / "log",
             counter_state="worker",
             region=name,
             region_peers=peers,
@@ -155,13 +165,44 @@ def _post(region: Region, items: list[Any], sent: list[Event]) -> int:
     return len(posted.refused)
 
 
+def _batch_everywhere(regions: list[Region], sent: list[Event]) -> int:
+    """Run the batch once, in the first region, over every region's log, at the first bucket edge
+    after the events so far once every region's watermark has closed it; copy its baselines to the
+    other regions; wait until each serves it. Returns the cutoff."""
+    from batch_layer.job import run_batch  # Spark: only for this step
+
+    first = regions[0].settings
+    newest = max(e.ingest_ts or 0 for e in sent)
+    cutoff = rules.bucket_start(rules.bucket_of(newest, first.bucket_ms) + 1, first.bucket_ms)
+    _wait(lambda: _closed(first, cutoff), f"every region's archiver closing cutoff {cutoff}")
+    run_batch(first, cutoff)
+    for region in regions[1:]:
+        shutil.copytree(first.baselines_dir, region.settings.baselines_dir, dirs_exist_ok=True)
+    for region in regions:
+        with httpx.Client(base_url=region.serving, timeout=10.0) as client:
+            _wait(lambda c=client: _served_cutoff(c, sent[0].video_id) == cutoff, "the baseline served")  # type: ignore[misc]
+    return cutoff
+
+
+def _served_cutoff(client: httpx.Client, video: str) -> int | None:
+    return client.get(f"/v1/videos/{video}/stats").json()["batch_cutoff"]  # type: ignore[no-any-return]
+
+
+def _closed(settings: Settings, cutoff: int) -> bool:
+    try:
+        return latest_closed_cutoff(settings, cutoff) >= cutoff
+    except WatermarkUnavailable:
+        return False
+
+
 def _restart_empty(region: Region, own_events: int) -> None:
     """The region loses its Redis: counter and replicator stop, Redis is emptied once its archiver
     logged all its own events, the speed state is rebuilt from its log, both start again."""
     settings = region.settings
     for name in ("counter", "replicator"):
         stop_one(settings, name)
-    _wait(lambda: _log_rows(settings.raw_dir) >= own_events, f"{region.name}'s archiver logging its events")
+    logged = f"{region.name}'s archiver logging its events"
+    _wait(lambda: _log_rows(settings.own_log_dir) >= own_events, logged)
     client = redis.Redis.from_url(settings.redis_url)
     try:
         client.flushall()
@@ -196,7 +237,10 @@ def run(count: int, events: int, cut_s: float, root: Path) -> dict[str, Any]:
         for i, region in enumerate(regions):
             _post(region, _traffic(region, i, 1, events), sent)
         first_s = _wait(lambda: _all_serve(regions, sent), "every region serving every region's events")
-        print(f"converged on {len(sent)} events in {first_s:.1f} s; cutting the link", file=sys.stderr)
+        print(f"converged on {len(sent)} events in {first_s:.1f} s; the batch", file=sys.stderr)
+        cutoff = _batch_everywhere(regions, sent)
+        baseline_everywhere = _all_serve(regions, sent)
+        print(f"baseline at {cutoff} in every region; cutting the link", file=sys.stderr)
 
         a, b = regions[0], regions[1]
         for region in (a, b):
@@ -252,6 +296,8 @@ def run(count: int, events: int, cut_s: float, root: Path) -> dict[str, Any]:
         "regions": count,
         "events": len(sent),
         "first_converge_s": round(first_s, 2),
+        "batch_cutoff": cutoff,
+        "baseline_everywhere": baseline_everywhere,
         "cut_s": cut_s,
         "refused_during_cut": refused,
         "max_divergence": divergence,

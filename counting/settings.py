@@ -43,6 +43,11 @@ class Settings(BaseSettings):
         default="",
         description="the other regions and their brokers, 'us=host:9092,ap=host:9092' (empty: one region)",
     )
+    log_root: Path | None = Field(
+        default=None,
+        description="with several regions, where every region's Parquet log lies (each writes its own "
+        "region=<name> part; the batch reads them all); default <data_dir>/raw",
+    )
     components_topic: str = Field(
         default="components", description="where this region's counter publishes its components"
     )
@@ -183,7 +188,20 @@ class Settings(BaseSettings):
 
     @property
     def raw_dir(self) -> Path:
-        return self.data_dir / "raw"
+        """The Parquet log the batch reads: with several regions, every region's (decision 0006)."""
+        return self.log_root or self.data_dir / "raw"
+
+    @property
+    def own_log_dir(self) -> Path:
+        """The part of the log this region's archiver writes (and `tally speed rebuild` replays):
+        `region=<name>` under `raw_dir` with several regions, all of it with one."""
+        return self.raw_dir / f"region={self.region}" if self.peers else self.raw_dir
+
+    @property
+    def watermark_file(self) -> Path:
+        """With several regions: where this region's archiver watermark lies beside its log, for the
+        batch of any region (`batch_layer.cutoff.log_watermark`)."""
+        return self.own_log_dir / "_watermark"
 
     @property
     def baselines_dir(self) -> Path:

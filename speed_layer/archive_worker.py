@@ -4,9 +4,11 @@ the acks; and the watermark's advance. Independent of Faust (app.py wires it to 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
+from pathlib import Path
 from typing import TypeVar
 
 from counting.settings import Settings
@@ -36,7 +38,7 @@ class ArchiveWorker:
         logs.info(
             "archiver_started",
             topic=self._settings.events_topic,
-            raw_dir=self._settings.raw_dir,
+            raw_dir=self._settings.own_log_dir,
             positions=positions,
         )
 
@@ -82,5 +84,14 @@ class ArchiveWorker:
             logs.warning("watermark_failed", error=exc)
             return
         if value is not None:
+            if self._settings.peers:  # the batch of any region reads every region's (decision 0006)
+                await asyncio.to_thread(_write_atomically, self._settings.watermark_file, str(value))
             metrics.WATERMARK.set(value)
             logs.info("watermark", topic=self._settings.events_topic, watermark_ms=value)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    aside = path.with_name(f".{path.name}.tmp")
+    aside.write_text(text)
+    os.replace(aside, path)

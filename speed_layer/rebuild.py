@@ -50,10 +50,10 @@ def archived_records(settings: Settings) -> list[Record]:
     Ingestion order matters across partitions: when a hot video's shard count grows, a viewer's
     events move to another partition, and which view of a window counts (the first ingested) and
     in which bucket a viewer is first seen depend on the order the two partitions are replayed."""
-    if not settings.raw_dir.exists() or not any(settings.raw_dir.rglob("*.parquet")):
+    if not settings.own_log_dir.exists() or not any(settings.own_log_dir.rglob("*.parquet")):
         return []
     columns = [*EVENT_COLUMNS, "kafka_partition", "kafka_offset"]
-    table = ds.dataset(settings.raw_dir, format="parquet", partitioning="hive").to_table(columns=columns)
+    table = ds.dataset(settings.own_log_dir, format="parquet", partitioning="hive").to_table(columns=columns)
     grouped: dict[tuple[int, int], list[Event]] = {}
     for row in table.to_pylist():
         fields = {k: v for k, v in row.items() if k in EVENT_COLUMNS and v is not None}

@@ -79,7 +79,7 @@ def ensure_service(stack: Stack, name: str, change: Change) -> bool:
 
 
 def has_old_state(settings: Settings) -> bool:
-    if settings.raw_dir.exists() and any(settings.raw_dir.rglob("*.parquet")):
+    if settings.own_log_dir.exists() and any(settings.own_log_dir.rglob("*.parquet")):
         return True
     client = redisconn.sync_client(settings)
     try:
@@ -103,7 +103,7 @@ def stale_state(settings: Settings, what_to_do: str) -> StackError:
 
 def reset_state(settings: Settings) -> None:
     """Forget the log, baselines and speed state: for a fresh local broker, whose log starts empty."""
-    for folder in (settings.raw_dir, settings.baselines_dir, settings.data_dir / "batch"):
+    for folder in (settings.own_log_dir, settings.baselines_dir, settings.data_dir / "batch"):
         shutil.rmtree(folder, ignore_errors=True)
     client = redisconn.sync_client(settings)
     try:

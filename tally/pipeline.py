@@ -20,7 +20,7 @@ from typing import Any, cast
 
 import redis
 
-from batch_layer.cutoff import check_on_bucket_edge, read_watermark, require_closed_cutoff
+from batch_layer.cutoff import check_on_bucket_edge, log_watermark, require_closed_cutoff
 from batch_layer.errors import BatchError, CutoffNotClosed, NothingRead, WatermarkUnavailable
 from batch_layer.job import (
     BatchResult,
@@ -79,7 +79,7 @@ def latest_closed_cutoff(settings: Settings, before: int) -> int:
     """The latest bucket edge at or below both `before` and the archiver watermark."""
     client = redisconn.sync_client(settings, socket_connect_timeout=5.0)
     try:
-        watermark = read_watermark(client, settings.redis_url)
+        watermark = log_watermark(settings, client)
     finally:
         client.close()
     return rules.bucket_edge_at_or_before(min(before, watermark), settings.bucket_ms)
