@@ -1,9 +1,10 @@
 """`python -m bench.regions` with two regions, each a whole local stack (`tally up` with
 TALLY_REGION_PEERS: its own broker, Redis, counter, archiver, replicator and APIs; one log root):
 the batch over the union of the logs gives every region the oracle's counts as baseline + its
-buckets, no region refuses a write while the link is cut, they diverge during the cut and the stats answer ages the
-cut peer's components, after it every region serves the oracle's counts of all events, and a
-region restarted empty (Redis lost) catches up from its log and the other's components."""
+buckets, no region refuses a write while the link is cut, they diverge during the cut and the stats
+answer ages the cut peer's components, after it every region serves the oracle's counts of all
+events, and a region restarted empty (Redis lost) catches up from its log and the other's
+components."""
 
 from __future__ import annotations
 

@@ -226,6 +226,10 @@ def test_the_client_may_not_set_ingest_ts(make_event, now_ms):
     assert _field_error(make_event(ingest_ts=now_ms), now_ms) == "ingest_ts"
 
 
+def test_the_client_may_not_set_the_region(make_event, now_ms):
+    assert _field_error(make_event(region="eu"), now_ms) == "region"
+
+
 @pytest.mark.parametrize("body", [b"{", b"[1]", b"12", b"null"])
 def test_a_body_that_is_not_an_event_object_names_the_body(body, now_ms):
     with pytest.raises(InvalidEvent) as caught:
@@ -249,6 +253,7 @@ BAD_EVENTS: list[tuple[dict[str, Any], str]] = [
     ({"event_id": "e" * 65}, "event_id"),
     ({"ip": "999.0.0.1"}, "ip"),
     ({"ingest_ts": 1}, "ingest_ts"),
+    ({"region": "eu"}, "region"),
     ({"type": "like", "user_id": None}, "user_id"),
     ({"type": "heartbeat", "watch_secs": 3.0}, "watch_secs"),
 ]
