@@ -5,6 +5,7 @@ acknowledged events, the Parquet log's missing and doubled rows, and the memory 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
 from collections.abc import Mapping
@@ -15,9 +16,11 @@ import pyarrow.dataset as ds
 
 from bench.soak_faults import Rig
 from bench.soak_load import LoadFigures, MemorySampler
-from counting import keys, oracle
+from counting import keys, oracle, redisconn
 from counting.event import event_from_dict, stamped
 from counting.settings import Settings
+from speed_layer.partition_store import PartitionStore
+from speed_layer.state import PartitionState
 from tally.speedview import speed_totals
 
 GROWTH_FACTOR = 1.5
@@ -41,12 +44,29 @@ def _log_rows(settings: Settings) -> Counter[tuple[str, int]]:
 
 
 def _markers(rig: Rig) -> int:
-    """Event ids the counter has applied: the fields of every event-marker hash."""
+    """Event ids the counter has applied: the fields of every event-marker hash (the Redis-state
+    counter), or the ids its partitions' committed states hold (the state counter)."""
+    if rig.settings.counter_state == "worker":
+        return asyncio.run(_seen_in_committed_states(rig.settings))
     total = 0
     with rig.client() as client:
         for key in client.scan_iter(match=f"{keys.PREFIX}:*:e:*", count=1_000):
             total += int(client.hlen(key))
     return total
+
+
+async def _seen_in_committed_states(settings: Settings) -> int:
+    client = redisconn.async_client(settings)
+    try:
+        store = PartitionStore(client, settings.events_topic)
+        total = 0
+        for partition in range(settings.topic_partitions):
+            state = PartitionState(settings.bucket_ms, settings.retention_ms, settings.retry_horizon_ms)
+            await store.restore(partition, state)
+            total += len(state.seen)
+        return total
+    finally:
+        await client.aclose()
 
 
 def _differences(

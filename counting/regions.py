@@ -59,7 +59,8 @@ def parse_peers(value: str, region: str = "") -> dict[str, str]:
 
 class Component(msgspec.Struct, frozen=True, array_like=True):
     """Region `region`'s counts of `video_id` (PLATFORM: every video) in `bucket`, from one partition
-    of its events topic, as of `offset`; `sketches`: viewer digests of the bucket (a union)."""
+    of its events topic, as of `offset`; `sketches`: viewer digests counted in the bucket, `firsts`:
+    those the partition first counted in it (both sets only grow: a merge unites them)."""
 
     region: str
     topic: str
@@ -69,6 +70,7 @@ class Component(msgspec.Struct, frozen=True, array_like=True):
     offset: int
     counts: dict[str, int]
     sketches: list[str] = []
+    firsts: list[str] = []
 
     @property
     def identity(self) -> tuple[str, str, int, str, int]:
@@ -85,13 +87,19 @@ def part_name(region: str, topic: str, partition: int) -> str:
     return f"{region}/{topic}:{partition}"
 
 
-def _order(component: Component) -> tuple[int, list[tuple[str, int]], list[str]]:
-    return (component.offset, sorted(component.counts.items()), sorted(component.sketches))
+def _order(component: Component) -> tuple[int, list[tuple[str, int]]]:
+    return (component.offset, sorted(component.counts.items()))
 
 
 def newer(a: Component, b: Component) -> Component:
-    """The later of two components of one identity (ties of offset: the greater value)."""
-    return a if _order(a) >= _order(b) else b
+    """Two components of one identity merged: the later one's counts (ties of offset: the greater
+    value), the union of both's digests."""
+    later = a if _order(a) >= _order(b) else b
+    sketches = sorted(set(a.sketches) | set(b.sketches))
+    firsts = sorted(set(a.firsts) | set(b.firsts))
+    if sketches == later.sketches and firsts == later.firsts:
+        return later
+    return msgspec.structs.replace(later, sketches=sketches, firsts=firsts)
 
 
 Identity = tuple[str, str, int, str, int]

@@ -87,11 +87,17 @@ async def read_speed(redis: Redis, video_id: str, from_bucket: int, now_ms: int)
 
 
 async def read_video(
-    redis: Redis, video_id: str, from_bucket: int, now_ms: int, owners: Sequence[str]
+    redis: Redis,
+    video_id: str,
+    from_bucket: int,
+    now_ms: int,
+    owners: Sequence[str],
+    uniques_field: str = "uniques",
 ) -> tuple[SpeedCounts, bool]:
     """`read_speed`, and whether any of the `owners` keys exists (`speed_state_keys`), in one round
     trip: the sums are made by a read-only script next to the data, so a miss of the read cache
-    costs one request to Redis however many buckets the video has."""
+    costs one request to Redis however many buckets the video has. `uniques_field`: with several
+    regions, `g_uniques` (a viewer of two regions counted once, `sink.lua`)."""
     args: list[str | int] = [keys.buckets_index(video_id), keys.presence(video_id), keys.viewers(video_id)]
     args += [from_bucket, now_ms - rules.PRESENCE_MS, keys.bucket_counts(video_id, 0).removesuffix("0")]
     for attempt in (1, 2):
@@ -114,7 +120,9 @@ async def read_video(
     for i in range(4, len(flat), 2):
         name = _text(flat[i])
         value = int(flat[i + 1])
-        if name in _PLAIN:
+        if name == uniques_field:
+            plain["unique_viewers"] = value
+        elif name in _PLAIN and name != "uniques":
             plain[_PLAIN[name]] = value
         elif name.startswith("rejected:") and name[9:] in REASONS:
             rejected[name[9:]] = value

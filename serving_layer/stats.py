@@ -93,7 +93,8 @@ class StatsReader:
         speed: SpeedCounts | None = None
         try:
             from_bucket = rules.bucket_of(cutoff, self.settings.bucket_ms)
-            speed, owned = await read_video(self.redis, video_id, from_bucket, now, self._owners)
+            uniques = "g_uniques" if self.settings.peers else "uniques"
+            speed, owned = await read_video(self.redis, video_id, from_bucket, now, self._owners, uniques)
             if not owned:
                 degraded.append(
                     "the speed layer has no state in Redis (no counter has run, or Redis lost it): counts "

@@ -26,13 +26,21 @@ def components_of(
     offset = int(entry["offset"])
     counts: Mapping[str, Any] = entry.get("counts") or {}
     sketches: Mapping[str, Any] = entry.get("sketches") or {}
+    firsts: dict[str, list[str]] = {}
+    for key, first in (entry.get("firsts") or {}).items():
+        if first is not None:
+            video, _, digest = key.rpartition(SEP)
+            firsts.setdefault(f"{video}{SEP}{first}", []).append(digest)
     found = []
-    for key in sorted(set(counts) | set(sketches)):
+    for key in sorted(set(counts) | set(sketches) | set(firsts)):
         video, _, bucket = key.rpartition(SEP)
         fields = counts[key] if key in counts else state.counts.get(key)
-        digests = list(sketches.get(key) or [])
+        digests = sorted(set(sketches.get(key) or []))
         b = int(bucket)
-        found.append(Component(region, topic, partition, video, b, offset, dict(fields or {}), digests))
+        first_here = sorted(firsts.get(key, []))
+        found.append(
+            Component(region, topic, partition, video, b, offset, dict(fields or {}), digests, first_here)
+        )
     for bucket, fields in (entry.get("platform") or {}).items():
         found.append(Component(region, topic, partition, PLATFORM, int(bucket), offset, dict(fields or {})))
     return found
@@ -47,9 +55,8 @@ async def apply_components(
     newest = merge({}, (c for c in components if c.region != settings.region))
     entries: dict[tuple[str, int], dict[str, Any]] = {}
     for c in newest.values():
-        entry = entries.setdefault(
-            (c.part, c.offset), {"offset": c.offset, "counts": {}, "sketches": {}, "platform": {}}
-        )
+        tables: dict[str, dict[Any, Any]] = {"counts": {}, "sketches": {}, "platform": {}, "firsts": {}}
+        entry = entries.setdefault((c.part, c.offset), {"offset": c.offset, **tables})
         if c.video_id == PLATFORM:
             entry["platform"][c.bucket] = served_fields(c)
             continue
@@ -57,7 +64,9 @@ async def apply_components(
         entry["counts"][key] = served_fields(c)
         if c.sketches:
             entry["sketches"][key] = c.sketches
+        for digest in c.firsts:  # the sink keeps each viewer's earliest first bucket of any region
+            entry["firsts"][f"{c.video_id}{SEP}{digest}"] = c.bucket
     nobody = PartitionState(settings.bucket_ms, settings.retention_ms, settings.retry_horizon_ms)
     for (part, _), entry in sorted(entries.items()):
-        await sink(client, plan_sink(entry, nobody, part, now_ms, settings.retention_ms))
+        await sink(client, plan_sink(entry, nobody, part, now_ms, settings.retention_ms, regions=True))
     return len(newest)

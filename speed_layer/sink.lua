@@ -5,7 +5,7 @@
 -- replay, or a late write of a worker that lost the partition, is harmless. Every key carries the
 -- tag of KEYS[1].
 -- ARGV[1], msgpack: {part, offset, buckets, index, viewers, limit, firsts, sketches, reactions_key,
---   reactions, presence_key, present, absent, trim_below} (keys '' when unused)
+--   reactions, presence_key, present, absent, trim_below, global_prefix} (keys '' when unused)
 --   buckets: {{counts_key, parts_key, bucket, expire_at, {field = value}}}
 --   firsts: {{digest, first bucket}}; sketches: {{sketch_key, expire_at, {digest}}}
 --   reactions: {{user, history}} (`values.decode_history` reads the packed history); present: {{ingest_ts, session}}; absent: {session}
@@ -59,22 +59,38 @@ for _, b in ipairs(s[3]) do
 end
 
 -- Unique viewers: a hash of digest -> first bucket while the video has fewer than `limit`, then a
--- HyperLogLog under the same key.
-local viewers, firsts = s[5], s[7]
+-- HyperLogLog under the same key. With several regions (global_prefix: the bucket hashes' prefix)
+-- the hash keeps each viewer's earliest first bucket of any region, and each bucket's `g_uniques`
+-- counts the viewers whose earliest it is (a viewer of two regions counts once).
+local viewers, firsts, global = s[5], s[7], s[15]
+local function fold_when_full()
+  if call('HLEN', viewers) >= s[6] then
+    local members = call('HKEYS', viewers)
+    call('DEL', viewers)
+    variadic('PFADD', viewers, members)
+  end
+end
 if #firsts > 0 then
   if call('TYPE', viewers).ok == 'string' then
     local digests = {}
     for i, f in ipairs(firsts) do digests[i] = f[1] end
     variadic('PFADD', viewers, digests)
+  elseif global ~= '' then
+    for _, f in ipairs(firsts) do
+      local old = call('HGET', viewers, f[1])
+      if not old or f[2] < tonumber(old) then
+        call('HSET', viewers, f[1], f[2])
+        local now_key = global .. string.format('%d', f[2])
+        if call('EXISTS', now_key) == 1 then call('HINCRBY', now_key, 'g_uniques', 1) end
+        if old and call('EXISTS', global .. old) == 1 then call('HINCRBY', global .. old, 'g_uniques', -1) end
+      end
+    end
+    fold_when_full()
   else
     local flat = {}
     for _, f in ipairs(firsts) do flat[#flat + 1] = f[1]; flat[#flat + 1] = f[2] end
     variadic('HSET', viewers, flat)
-    if call('HLEN', viewers) >= s[6] then
-      local members = call('HKEYS', viewers)
-      call('DEL', viewers)
-      variadic('PFADD', viewers, members)
-    end
+    fold_when_full()
   end
 end
 for _, sketch in ipairs(s[8]) do

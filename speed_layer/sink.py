@@ -54,9 +54,11 @@ def plan_sink(
     part: str,
     now_ms: int,
     retention_ms: int,
+    regions: bool = False,
 ) -> SinkPlan:
     """The sink's calls for a changelog entry of `state` (its presence entries are read from the
-    state, whose newest values they are)."""
+    state, whose newest values they are); with `regions`, the viewers' first buckets are kept the
+    earliest of any region, with each bucket's `g_uniques` (decision 0006)."""
     offset = int(entry["offset"])  # type: ignore[call-overload]
     bucket_ms = state.bucket_ms
     videos: dict[str, _Video] = defaultdict(_Video)
@@ -110,6 +112,7 @@ def plan_sink(
             v.present,
             v.absent,
             v.newest_beat - PRESENCE_KEEP_MS if v.newest_beat else 0,
+            keys.bucket_counts(video, 0).removesuffix("0") if regions else "",
         ]
         calls.append((keys.buckets_index(video), [_encoder.encode(arg)]))
     platform = [
@@ -117,7 +120,7 @@ def plan_sink(
         for b, fields in _items(entry, "platform")
     ]
     if platform:
-        arg = [part, offset, platform, "", "", 0, [], [], "", [], "", [], [], 0]
+        arg = [part, offset, platform, "", "", 0, [], [], "", [], "", [], [], 0, ""]
         calls.append((keys.platform(int(platform[0][2])), [_encoder.encode(arg)]))  # type: ignore[call-overload]
     expiry = {int(b[2]): int(b[3]) for v in videos.values() for b in v.buckets}  # type: ignore[call-overload]
     return SinkPlan(calls, sorted(videos), expiry)

@@ -41,7 +41,7 @@ from speed_layer.partition_store import ALREADY, FENCED, PartitionStore, encode
 from speed_layer.records import Record, by_partition, decode_record
 from speed_layer.redis_writer import WriteResult
 from speed_layer.regions import Publish, components_of
-from speed_layer.sink import plan_sink, sink
+from speed_layer.sink import SinkPlan, plan_sink, sink
 from speed_layer.state import PartitionState
 from speed_layer.state_plan import Commit, Owned, StatePlan
 from speed_layer.windows import ViewWindows
@@ -118,7 +118,7 @@ class StateCounter:
             if plans:
                 await self._retry(lambda plans=plans: announce(self._client, plans))  # type: ignore[misc]
             if last is not None:
-                plan = plan_sink(last, state, self._part(partition), self._now(), self._settings.retention_ms)
+                plan = self._plan_sink(last, state, partition)
                 await self._retry(lambda plan=plan: sink(self._client, plan))  # type: ignore[misc]
                 await self._published(last, state, partition)  # it may not have left either
                 await self._retry(lambda p=partition, o=state.offset: self._store.mark_sunk({p: o}))  # type: ignore[misc]
@@ -326,8 +326,7 @@ class StateCounter:
                     del self.owned[commit.partition]  # another worker owns it now
             elif status != ALREADY:
                 state = owned.state if owned is not None else self._new_state()
-                part = self._part(commit.partition)
-                sunk = plan_sink(commit.entry, state, part, self._now(), self._settings.retention_ms)
+                sunk = self._plan_sink(commit.entry, state, commit.partition)
                 await self._retry(lambda sunk=sunk: sink(self._client, sunk))  # type: ignore[misc]
                 await self._published(commit.entry, state, commit.partition)
                 sunk_to[commit.partition] = commit.last_offset
@@ -369,6 +368,10 @@ class StateCounter:
                     rejected[name] = rejected.get(name, 0) + n
         observe_batch(report, rejected, batch.planned_at)
         return report
+
+    def _plan_sink(self, entry: dict[str, Any], state: PartitionState, partition: int) -> SinkPlan:
+        s = self._settings
+        return plan_sink(entry, state, self._part(partition), self._now(), s.retention_ms, bool(s.peers))
 
     async def _published(self, entry: dict[str, Any], state: PartitionState, partition: int) -> None:
         """Hand what a sunk entry changed to `publish` (several regions only): its components, and

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import redis.asyncio as aioredis
 from pyspark.sql import SparkSession
@@ -25,7 +26,7 @@ from counting.wire import encode_events, partition_for, record_key
 from ingest.publisher import ShardCounts, shard_for
 from ingest.reactions import ReactionState
 from speed_layer.archiver import ParquetLog
-from speed_layer.counter_worker import BatchReport, Counter, CounterWorker
+from speed_layer.counter_worker import BatchReport, Counter, CounterWorker, SendDeadLetter
 from speed_layer.deadletter import DeadLetter
 from speed_layer.records import Record
 from speed_layer.state_counter import StateCounter
@@ -62,8 +63,7 @@ class Writers:
         self._claimed = False
         self._shards = ShardCounts(self._redis)
         self._reactions = ReactionState(self._redis)
-        counter = StateCounter if settings.counter_state == "worker" else CounterWorker
-        self._counter: Counter = counter(settings, self._redis, _no_dead_letters, clock)
+        self._counter = new_counter(settings, self._redis, _no_dead_letters, clock)
         self._log = ParquetLog(settings.raw_dir, settings.events_topic)
         self._watermark = Watermark(
             self._redis, settings.events_topic, settings.delivery_timeout_ms, self._end_offsets, clock
@@ -151,6 +151,14 @@ class Writers:
 
 
 @contextmanager
+def new_counter(
+    settings: Settings, client: aioredis.Redis, send_dead_letter: SendDeadLetter, clock: Any = time.time
+) -> Counter:
+    """The counter the settings name (`counter_state`), as the counter app builds it."""
+    kind = StateCounter if settings.counter_state == "worker" else CounterWorker
+    return kind(settings, client, send_dead_letter, clock)  # type: ignore[no-any-return]
+
+
 def writers(
     settings: Settings, spark: SparkProvider | None = None, clock: Callable[[], float] = time.time
 ) -> Iterator[Writers]:

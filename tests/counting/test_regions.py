@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -58,7 +59,8 @@ def histories(draw: st.DrawFn) -> list[list[Component]]:
                     bucket,
                     offset,
                     draw(st.dictionaries(st.sampled_from(FIELDS), st.integers(-5, 50), max_size=4)),
-                    draw(st.lists(st.sampled_from(["d1", "d2", "d3"]), max_size=3)),
+                    sorted(draw(st.sets(st.sampled_from(["d1", "d2", "d3"]), max_size=3))),
+                    sorted(draw(st.sets(st.sampled_from(["d1", "d4"]), max_size=2))),
                 )
                 for offset in offsets
             ]
@@ -82,8 +84,15 @@ def _delivered(history: list[list[Component]], rng: random.Random) -> list[Compo
 def test_any_order_with_duplicates_and_delays_ends_at_each_parts_last_component(
     history: list[list[Component]], rng: random.Random
 ) -> None:
-    final = {part[-1].identity: part[-1] for part in history}
     delivered = _delivered(history, rng)
+    final = {  # the last counts, and every digest any delivered component carried
+        part[-1].identity: msgspec.structs.replace(
+            part[-1],
+            sketches=sorted({d for c in delivered if c.identity == part[-1].identity for d in c.sketches}),
+            firsts=sorted({d for c in delivered if c.identity == part[-1].identity for d in c.firsts}),
+        )
+        for part in history
+    }
     assert merge({}, delivered) == final
     split = rng.randrange(len(delivered) + 1)  # a delay: part now, the rest later
     assert merge(merge({}, delivered[split:]), delivered[:split]) == final

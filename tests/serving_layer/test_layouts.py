@@ -16,8 +16,9 @@ from counting.settings import Settings
 from counting.wire import encode_events
 from ingest.reactions import ReactionState
 from serving_layer.app import create_app
-from speed_layer.counter_worker import CounterWorker
+from speed_layer.counter_worker import Counter, CounterWorker
 from speed_layer.records import Record
+from speed_layer.state_counter import StateCounter
 from tests.speed_layer.helpers import no_dead_letters
 
 T0 = 1_795_000_000_000
@@ -64,14 +65,19 @@ def _expected(events: list[Event]) -> dict[str, tuple[bool | None, bool | None, 
     }
 
 
-async def _counter(settings: Settings, client: aioredis.Redis) -> CounterWorker:
-    """A counter as a running worker is after its partitions were assigned."""
-    worker = CounterWorker(settings, client, no_dead_letters)
+async def _counter(settings: Settings, client: aioredis.Redis) -> Counter:
+    """The counter the settings name, as a running worker is after its partitions were assigned."""
+    kind = StateCounter if settings.counter_state == "worker" else CounterWorker
+    worker: Counter = kind(settings, client, no_dead_letters)
     await worker.claim(settings.events_topic, list(range(settings.topic_partitions)))
     return worker
 
 
-async def test_user_liked_reads_what_the_counter_wrote(settings: Settings, aclient: aioredis.Redis) -> None:
+@pytest.mark.parametrize("counter_state", ["redis", "worker"])
+async def test_user_liked_reads_what_the_counter_wrote(
+    settings: Settings, aclient: aioredis.Redis, counter_state: str
+) -> None:
+    settings = settings.model_copy(update={"counter_state": counter_state})
     events = _events()
     worker = await _counter(settings, aclient)
     await worker.handle([Record(settings.events_topic, 0, 0, encode_events(events))])

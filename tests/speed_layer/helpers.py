@@ -161,8 +161,11 @@ def pack(
     return records
 
 
-def speed_counts(client: redis.Redis, video: str, below_bucket: int | None = None) -> VideoCounts:
-    """The sum of a video's bucket hashes (all, or those below a bucket), as the oracle shapes counts."""
+def speed_counts(
+    client: redis.Redis, video: str, below_bucket: int | None = None, uniques: str = "uniques"
+) -> VideoCounts:
+    """The sum of a video's bucket hashes (all, or those below a bucket), as the oracle shapes counts
+    (`uniques`: the field of the unique viewers, `g_uniques` with several regions)."""
     totals: Counter[str] = Counter()
     for member in client.zrange(keys.buckets_index(video), 0, -1):
         bucket = int(member)
@@ -174,7 +177,7 @@ def speed_counts(client: redis.Redis, video: str, below_bucket: int | None = Non
         views=totals["views"],
         likes=totals["likes"],
         dislikes=totals["dislikes"],
-        unique_viewers=totals["uniques"],
+        unique_viewers=totals[uniques],
         rejected={r: totals[f"rejected:{r}"] for r in bots.REASONS if totals[f"rejected:{r}"]},
         short_views=totals["short_views"],
         repeat_views=totals["repeat_views"],

@@ -13,6 +13,7 @@ from counting.settings import Settings
 from counting.wire import encode_events
 from speed_layer.app import WorkerOptions, app_id, create_counter_app
 from speed_layer.counter_worker import CounterWorker
+from speed_layer.state_counter import StateCounter
 from tests.speed_layer.helpers import Traffic, speed_counts
 
 pytestmark = pytest.mark.integration
@@ -41,16 +42,18 @@ def test_each_worker_kind_has_its_own_consumer_group(settings: Settings) -> None
     assert app_id("counter", settings, group="replay-1") == "replay-1"
 
 
+@pytest.mark.parametrize("counter", [CounterWorker, StateCounter])
 async def test_an_unexpected_failure_stops_the_worker_instead_of_skipping_the_batch(
-    settings: Settings, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+    settings: Settings, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch, counter: type
 ) -> None:
+    settings = settings.model_copy(update={"counter_state": "worker" if counter is StateCounter else "redis"})
     crashes: list[tuple[str, BaseException]] = []
     boom = RuntimeError("a bug")
 
     async def fail(self: object, batch: object) -> None:
         raise boom
 
-    monkeypatch.setattr(CounterWorker, "write", fail)
+    monkeypatch.setattr(counter, "write", fail)
     app = create_counter_app(settings, WorkerOptions(crash=lambda worker, exc: crashes.append((worker, exc))))
     [agent] = app.agents.values()
     async with agent.test_context() as running:
@@ -60,4 +63,4 @@ async def test_an_unexpected_failure_stops_the_worker_instead_of_skipping_the_ba
                 break
             await asyncio.sleep(0.05)
     assert crashes == [("counter", boom)]
-    assert redis_client.get(keys.partition_offset(settings.events_topic, 0)) is None
+    assert redis_client.get(keys.counter_offset(settings.events_topic, 0, settings.counter_state)) is None

@@ -12,10 +12,9 @@ from counting import oracle, rules
 from counting.settings import Settings
 from counting.traffic import TrafficConfig
 from serving_layer.speed import platform_counts
-from speed_layer.counter_worker import CounterWorker
 from speed_layer.deadletter import DeadLetter
 from tests.batch_layer.test_batch_payouts import traffic_events
-from tests.writers import writers
+from tests.writers import new_counter, writers
 
 
 async def _no_dead_letters(letter: DeadLetter) -> None:
@@ -52,7 +51,7 @@ def test_platform_counts_are_the_sum_of_every_videos_counts(settings: Settings, 
     async def replay() -> None:  # a new owner reading the partitions again from their start
         client = aioredis.Redis.from_url(settings.redis_url)
         try:
-            again = CounterWorker(settings, client, _no_dead_letters)
+            again = new_counter(settings, client, _no_dead_letters)
             await again.claim(settings.events_topic, list(range(settings.topic_partitions)))
             report = await again.handle(tally.records)
             assert report.skipped > 0 and report.applied == 0

@@ -39,22 +39,36 @@ def other_redis(redis_url: str) -> Iterator[str]:
     client.close()
 
 
-def _regional(events: list[Event], region: str, reacting: set[str] | None = None) -> list[Event]:
+def _regional(
+    events: list[Event], region: str, reacting: set[str] | None = None, viewing: bool = False
+) -> list[Event]:
     """A region's traffic as its ingest API stamps it: its own viewers (geo routing keeps a viewer in
-    one region); the users in `reacting` react in every region (a like here, an unlike there)."""
+    one region); the users in `reacting` react in every region (a like here, an unlike there), and
+    with `viewing` also watch in every region."""
 
     def local(value: str | None, shared: bool = False) -> str | None:
         return value if value is None or shared else f"{region}-{value}"
 
+    def travels(e: Event) -> bool:
+        return e.user_id in (reacting or set()) and (viewing or e.type in REACTION_TYPES)
+
     return [
         msgspec.structs.replace(
-            e,
-            user_id=local(e.user_id, e.type in REACTION_TYPES and e.user_id in (reacting or set())),
-            session_id=local(e.session_id),
-            region=region,
+            e, user_id=local(e.user_id, travels(e)), session_id=local(e.session_id), region=region
         )
         for e in events
     ]
+
+
+def _region(settings: Settings, name: str, peer: str) -> Settings:
+    """A region's settings (its peer's broker is never reached here: the test carries the exchange)."""
+    update = {
+        "topic_partitions": PARTITIONS,
+        "region": name,
+        "region_peers": f"{peer}=127.0.0.1:9",
+        "counter_state": "worker",
+    }
+    return Settings.model_validate({**settings.model_dump(), **update})
 
 
 class Region:
@@ -89,22 +103,27 @@ async def test_two_regions_exchanging_components_serve_the_oracles_counts_of_bot
     settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis, other_redis: str
 ) -> None:
     regions = {
-        "eu": (settings.model_copy(update={"topic_partitions": PARTITIONS, "region": "eu"}), aclient),
+        "eu": (_region(settings, "eu", "us"), aclient),
         "us": (
-            settings.model_copy(update={"topic_partitions": PARTITIONS, "region": "us"}),
+            _region(settings, "us", "eu"),
             aioredis.Redis.from_url(other_redis),
         ),
     }
     sync = {"eu": redis_client, "us": redis.Redis.from_url(other_redis)}
-    travellers = {f"u{n}" for n in range(0, 1_000, 7)}  # they react in both regions
+    # Travellers watch and react in both regions; in the us hours later (event times spread over
+    # 90 minutes: other view windows, so a view of each counts, and each traveller is one viewer).
+    travellers = {f"u{n}" for n in range(0, 1_000, 7)}
+    later = T0 + 4 * 3_600_000
     events = {
-        "eu": _regional(Traffic(seed=61, now_ms=T0, step_ms=20).clean(n=700), "eu", travellers),
-        "us": _regional(Traffic(seed=62, now_ms=T0, step_ms=20).clean(n=700), "us", travellers),
+        "eu": _regional(Traffic(seed=61, now_ms=T0, step_ms=20).clean(n=700), "eu", travellers, True),
+        "us": _regional(Traffic(seed=62, now_ms=later, step_ms=20).clean(n=700), "us", travellers, True),
     }
     everything = events["eu"] + events["us"]
     expected = oracle.count(everything)
     assert sum(c.views for c in expected.values()) and sum(c.repeat_views for c in expected.values())
     assert sum(c.likes for c in expected.values()) and sum(c.dislikes for c in expected.values())
+    viewers = [{e.user_id for e in events[name] if e.type == "view"} for name in ("eu", "us")]
+    assert viewers[0] & viewers[1], "some viewers watch in both regions"
     counters = {name: Region(s, c) for name, (s, c) in regions.items()}
     for name, counter in counters.items():
         await counter.count(events[name])
@@ -122,11 +141,11 @@ async def test_two_regions_exchanging_components_serve_the_oracles_counts_of_bot
         await apply_components(client_here, settings_here, received[:half], T0)
         reactions = counters[there].reactions
         await counters[here].count(reactions + rng.sample(reactions, 20))  # some twice
-        assert {v: speed_counts(sync[here], v) for v in expected} == expected, here
+        assert {v: speed_counts(sync[here], v, uniques="g_uniques") for v in expected} == expected, here
 
         await apply_components(client_here, settings_here, rng.sample(received, 40), T0)  # old ones again
         await apply_components(client_here, settings_here, counters[here].components, T0)  # its own
-        assert {v: speed_counts(sync[here], v) for v in expected} == expected, here
+        assert {v: speed_counts(sync[here], v, uniques="g_uniques") for v in expected} == expected, here
         buckets = {rules.bucket_of(e.ingest_ts or 0, settings.bucket_ms) for e in everything}
         platform_events = sum(int(sync[here].hget(keys.platform(b), "events") or 0) for b in buckets)
         assert platform_events == len(everything)
