@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 from aiokafka.errors import KafkaError
 from prometheus_client import Counter
+from redis.exceptions import RedisError
 
 from counting import keys, redisconn
 from counting import logs as logging_setup
@@ -89,6 +90,10 @@ class Replicator:
                 logs.warning("forward_failed", peer=self.peer, error=str(exc))
                 await self._record(error=str(exc))
                 await _sleep_unless(stop, RETRY_S)
+            except RedisError as exc:  # this region's Redis: the batch is read again once it is back
+                redis_url = self._settings.redis_url
+                logs.warning("store_unavailable", peer=self.peer, redis=redis_url, error=repr(exc))
+                await _sleep_unless(stop, RETRY_S)
             except (KafkaError, OSError) as exc:
                 logs.warning("peer_unreachable", peer=self.peer, broker=self._bootstrap, error=repr(exc))
                 await self._record(error=f"{type(exc).__name__}: {exc}")
@@ -114,6 +119,7 @@ class Replicator:
                         partition=message.partition,
                         offset=message.offset,
                         error=repr(exc),
+                        hint="skipped: check that every region runs the same Tally version",
                     )
         if components:
             await apply_components(self._client, self._settings, components, self._now())
@@ -132,11 +138,22 @@ class Replicator:
         return len(components)
 
     async def in_sync_before(self) -> bool:
-        """Whether this region's Redis holds what was read from the peer (it noted an end reached)."""
-        raw = await self._client.hget(keys.region_peers(), self.peer)
+        """Whether this region's Redis holds what was read from the peer (it noted an end reached);
+        False when Redis cannot say (reading the peer again changes nothing but time)."""
+        try:
+            raw = await self._client.hget(keys.region_peers(), self.peer)
+        except RedisError:
+            return False
         return raw is not None and "in_sync_at" in json.loads(raw)
 
     async def _record(self, **fields: object) -> None:
+        """Note this peer's state for the stats answer (best effort: Redis may be the one away)."""
+        try:
+            await self._update(**fields)
+        except RedisError as exc:
+            logs.warning("peer_state_unrecorded", peer=self.peer, error=repr(exc))
+
+    async def _update(self, **fields: object) -> None:
         name = keys.region_peers()
         raw = await self._client.hget(name, self.peer)
         status = json.loads(raw) if raw else {}
