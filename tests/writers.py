@@ -150,7 +150,6 @@ class Writers:
         self._runner.close()
 
 
-@contextmanager
 def new_counter(
     settings: Settings, client: aioredis.Redis, send_dead_letter: SendDeadLetter, clock: Any = time.time
 ) -> Counter:
@@ -159,6 +158,7 @@ def new_counter(
     return kind(settings, client, send_dead_letter, clock)  # type: ignore[no-any-return]
 
 
+@contextmanager
 def writers(
     settings: Settings, spark: SparkProvider | None = None, clock: Callable[[], float] = time.time
 ) -> Iterator[Writers]:

@@ -17,6 +17,7 @@ from counting.wire import encode_events
 from ingest.reactions import ReactionState
 from serving_layer.app import create_app
 from speed_layer.counter_worker import Counter, CounterWorker
+from speed_layer.handoff import home_of
 from speed_layer.records import Record
 from speed_layer.state_counter import StateCounter
 from tests.speed_layer.helpers import no_dead_letters
@@ -65,6 +66,11 @@ def _expected(events: list[Event]) -> dict[str, tuple[bool | None, bool | None, 
     }
 
 
+def _record(settings: Settings, events: list[Event]) -> Record:
+    """The events in one record of the video's partition, as the ingest API routes them."""
+    return Record(settings.events_topic, home_of("clip", settings.topic_partitions), 0, encode_events(events))
+
+
 async def _counter(settings: Settings, client: aioredis.Redis) -> Counter:
     """The counter the settings name, as a running worker is after its partitions were assigned."""
     kind = StateCounter if settings.counter_state == "worker" else CounterWorker
@@ -80,7 +86,7 @@ async def test_user_liked_reads_what_the_counter_wrote(
     settings = settings.model_copy(update={"counter_state": counter_state})
     events = _events()
     worker = await _counter(settings, aclient)
-    await worker.handle([Record(settings.events_topic, 0, 0, encode_events(events))])
+    await worker.handle([_record(settings, events)])
     assert _answers(settings) == _expected(events)
 
 
@@ -106,9 +112,7 @@ async def test_a_reaction_value_of_an_unknown_layout_answers_clearly(
     settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
 ) -> None:
     events = _events()
-    await (await _counter(settings, aclient)).handle(
-        [Record(settings.events_topic, 0, 0, encode_events(events))]
-    )
+    await (await _counter(settings, aclient)).handle([_record(settings, events)])
     # What a future Tally might write: no writer of this version makes it, so it is typed here.
     redis_client.hset(keys.reactions("clip"), "liker", b"\xc1future")
     with TestClient(create_app(settings)) as api:
