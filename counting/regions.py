@@ -28,6 +28,12 @@ REGIONAL_FIELDS = frozenset({"likes", "dislikes"})
 PLATFORM = ""  # the video id of a platform component (every video's counts of a bucket)
 
 
+def accepted_here(event: Event, region: str) -> bool:
+    """Whether this region accepted the event (one without a region: a single-region platform, or
+    the own log read back); another region's event is counted there and kept in its log."""
+    return event.region is None or event.region == region
+
+
 def check_region(name: str, setting: str = "TALLY_REGION") -> str:
     """A region's name as settings, keys and part names use it; a clear error otherwise."""
     if not _REGION_RE.match(name):

@@ -14,6 +14,7 @@ from counting.errors import TallyError
 ACKNOWLEDGED_REACTION_LAYOUT = 1  # `ts|event_id|state` text
 REACTION_HISTORY_LAYOUT = 2  # msgpack array of [ts, event_id, state, bucket] (1 was the text above)
 SHARD_PLAN_LAYOUT = 2  # `shards@active_from_ms` text (1 was the shard count alone, still read)
+PEER_STATE_LAYOUT = 1  # JSON object {"in_sync_at": ms or null, "error": text or null}
 
 _STATES = frozenset((rules.LIKED, rules.DISLIKED, rules.NONE))
 _history_decoder = msgspec.msgpack.Decoder(list[tuple[int, str, str, int]])
@@ -117,3 +118,25 @@ def decode_shard_plan(raw: bytes | str) -> ShardPlan:
     except ValueError:
         raise UnknownLayout("a shard plan", raw, "`shards@active_from_ms`") from None
     return ShardPlan(max(1, shards), active_from)
+
+
+class PeerState(msgspec.Struct, frozen=True):
+    """What the replicator knows of a peer region (`keys.region_peers`): when it last read the
+    peer's components to their end (ms; None: never) and its last error (None once in sync)."""
+
+    in_sync_at: int | None = None
+    error: str | None = None
+
+
+_peer_decoder = msgspec.json.Decoder(PeerState)
+
+
+def encode_peer_state(state: PeerState) -> bytes:
+    return msgspec.json.encode(state)
+
+
+def decode_peer_state(raw: bytes | str) -> PeerState:
+    try:
+        return _peer_decoder.decode(raw)
+    except msgspec.DecodeError:
+        raise UnknownLayout("a peer region's state", raw, '`{"in_sync_at": ms, "error": text}`') from None

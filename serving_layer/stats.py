@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +14,7 @@ from counting import keys, rules, values
 from counting.bots import RulesInUse
 from counting.display import readable
 from counting.settings import Settings
+from counting.values import decode_peer_state
 from serving_layer.baselines import BaselineCache
 from serving_layer.cache import ReadCache
 from serving_layer.errors import StoreUnavailable
@@ -142,14 +142,17 @@ class StatsReader:
             raw = await self.redis.hgetall(keys.region_peers())
         except REDIS_ERRORS:
             raw = {}
-        statuses = {(k.decode() if isinstance(k, bytes) else k): json.loads(v) for k, v in raw.items()}
+        statuses = {(k.decode() if isinstance(k, bytes) else k): v for k, v in raw.items()}
         for peer in sorted(self.settings.peers):
-            status = statuses.get(peer, {})
-            synced = status.get("in_sync_at")
+            try:
+                status = decode_peer_state(statuses[peer]) if peer in statuses else values.PeerState()
+            except values.UnknownLayout as exc:
+                status = values.PeerState(error=str(exc))
+            synced = status.in_sync_at
             age = now - synced if synced else None
-            found[peer] = {"local": False, "age_ms": age, "error": status.get("error")}
-            if status.get("error") or not synced:
-                why = status.get("error") or "never reached"
+            found[peer] = {"local": False, "age_ms": age, "error": status.error}
+            if status.error or not synced:
+                why = status.error or "never reached"
                 degraded.append(
                     f"region {peer}: its counts here may be behind ({why}); see the replicator's log"
                 )

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from counting.event import Event
 from counting.logschema import DICTIONARY_COLUMNS, EVENT_COLUMNS, LOG_COLUMNS
+from counting.regions import accepted_here
 from speed_layer import logs
 from speed_layer.errors import PoisonRecord
 from speed_layer.records import Record, by_partition, decode_record
@@ -155,7 +156,7 @@ class ParquetLog:
                 continue
             for event in events:
                 assert event.ingest_ts is not None
-                if self.region is not None and event.region not in (None, self.region):
+                if self.region is not None and not accepted_here(event, self.region):
                     continue
                 rows.setdefault(hour_dir(self.raw_dir, event.ingest_ts), []).append((event, record.offset))
         name = file_name(self.topic, partition, records[0].offset, records[-1].offset)

@@ -55,8 +55,10 @@ async def apply_components(
     newest = merge({}, (c for c in components if c.region != settings.region))
     entries: dict[tuple[str, int], dict[str, Any]] = {}
     for c in newest.values():
-        tables: dict[str, dict[Any, Any]] = {"counts": {}, "sketches": {}, "platform": {}, "firsts": {}}
-        entry = entries.setdefault((c.part, c.offset), {"offset": c.offset, **tables})
+        entry = entries.get((c.part, c.offset))
+        if entry is None:
+            tables = ("counts", "sketches", "platform", "firsts")
+            entry = entries[(c.part, c.offset)] = {"offset": c.offset, **{t: {} for t in tables}}
         if c.video_id == PLATFORM:
             entry["platform"][c.bucket] = served_fields(c)
             continue

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import signal
 import time
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from counting import keys, redisconn
 from counting import logs as logging_setup
 from counting.regions import decode_exchange
 from counting.settings import Settings
+from counting.values import PeerState, decode_peer_state, encode_peer_state
 from ingest.errors import BrokerUnavailable
 from ingest.publisher import Publisher
 from speed_layer import logs, metrics
@@ -144,7 +144,7 @@ class Replicator:
             raw = await self._client.hget(keys.region_peers(), self.peer)
         except RedisError:
             return False
-        return raw is not None and "in_sync_at" in json.loads(raw)
+        return raw is not None and decode_peer_state(raw).in_sync_at is not None
 
     async def _record(self, **fields: object) -> None:
         """Note this peer's state for the stats answer (best effort: Redis may be the one away)."""
@@ -156,11 +156,12 @@ class Replicator:
     async def _update(self, **fields: object) -> None:
         name = keys.region_peers()
         raw = await self._client.hget(name, self.peer)
-        status = json.loads(raw) if raw else {}
-        status.update(fields)
-        if "in_sync_at" in fields:
-            status["error"] = None
-        await self._client.hset(name, self.peer, json.dumps(status))
+        known = decode_peer_state(raw) if raw else PeerState()
+        if "in_sync_at" in fields:  # in sync: the last error is over
+            known = PeerState(int(fields["in_sync_at"]), None)  # type: ignore[call-overload]
+        else:
+            known = PeerState(known.in_sync_at, str(fields.get("error")))
+        await self._client.hset(name, self.peer, encode_peer_state(known))
 
 
 class _FromStart(ConsumerRebalanceListener):

@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 from counting import rules
 from counting.bots import RulesInUse
 from counting.event import Event
-from counting.regions import Exchange
+from counting.regions import Exchange, accepted_here
 from counting.settings import Settings
 from counting.values import ShardPlan
 from speed_layer import logs, metrics
@@ -77,6 +77,7 @@ class StateCounter:
         self._send_dead_letter = send_dead_letter
         self._clock = clock
         self._publish = publish
+        self._region = settings.region
         self.windows = ViewWindows()
         self.hot = HotVideos(settings.hot_video_events_per_sec, settings.max_video_shards)
         self.bot_rules = RulesInUse(settings.bot_rules_file)
@@ -270,7 +271,7 @@ class StateCounter:
             owned.snapshot_bytes, owned.log_bytes = len(commit.snapshot), entry_bytes
 
     def _apply(self, state: PartitionState, event: Any, bot_filter: Any, commit: Commit) -> None:
-        here = event.region is None or event.region == self._settings.region
+        here = accepted_here(event, self._region)
         state.arrive(event.ingest_ts, here)
         kind = event.type
         if kind == "heartbeat" or kind == "leave":
