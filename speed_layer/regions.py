@@ -70,5 +70,6 @@ async def apply_components(
             entry["firsts"][f"{c.video_id}{SEP}{digest}"] = c.bucket
     nobody = PartitionState(settings.bucket_ms, settings.retention_ms, settings.retry_horizon_ms)
     for (part, _), entry in sorted(entries.items()):
-        await sink(client, plan_sink(entry, nobody, part, now_ms, settings.retention_ms, regions=True))
+        plan = plan_sink(entry, nobody, part, now_ms, settings.retention_ms, True, settings.redis_cluster)
+        await sink(client, plan)
     return len(newest)

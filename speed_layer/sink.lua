@@ -1,19 +1,19 @@
--- The counts of one partition for one video (or for the platform) reach their read keys
+-- The counts of one partition for some videos (and the platform) reach their read keys
 -- (speed_layer/sink.py builds the argument). Every value is absolute: the partition's part of a
 -- bucket is stored with the offset it is as of, and the bucket's sums move by the difference with
 -- the part stored before. A part as of an offset no later than the stored one changes nothing, so a
--- replay, or a late write of a worker that lost the partition, is harmless. Every key carries the
--- tag of KEYS[1].
--- ARGV[1], msgpack: {part, offset, buckets, index, viewers, limit, firsts, sketches, reactions_key,
+-- replay, or a late write of a worker that lost the partition, is harmless. On a Redis Cluster a
+-- call holds one video (or the platform), and every key carries the tag of KEYS[1]; on a single
+-- Redis a call holds many: one script call instead of one per video.
+-- ARGV[1], msgpack: a list of items, each one video's (or the platform's):
+--   {part, offset, buckets, index, viewers, limit, firsts, sketches, reactions_key,
 --   reactions, presence_key, present, absent, trim_below, global_prefix} (keys '' when unused)
 --   buckets: {{counts_key, parts_key, bucket, expire_at, {field = value}}}
 --   firsts: {{digest, first bucket}}; sketches: {{sketch_key, expire_at, {digest}}}
 --   reactions: {{user, history}} (`values.decode_history` reads the packed history); present: {{ingest_ts, session}}; absent: {session}
--- Answers the `views` sum after the write of each bucket whose views moved (for trending):
--- {bucket, views, ...}.
+-- Answers, per item, the `views` sum after the write of each bucket whose views moved (for
+-- trending): {{bucket, views, ...}, ...}.
 local call = redis.call
-local s = cmsgpack.unpack(ARGV[1])
-local part, offset = s[1], s[2]
 local CHUNK = 4000
 
 local function variadic(command, key, items, before)
@@ -24,88 +24,95 @@ local function variadic(command, key, items, before)
   end
 end
 
-local answer = {}
-for _, b in ipairs(s[3]) do
-  local counts_key, parts_key, bucket, expire_at, values = b[1], b[2], b[3], b[4], b[5]
-  local raw = call('HGET', parts_key, part)
-  local old_offset, old = -1, {}
-  if raw then
-    local stored = cmsgpack.unpack(raw)
-    old_offset, old = stored[1], stored[2]
-  end
-  local views_moved = false
-  if old_offset < offset then
-    for name, value in pairs(values) do
-      local by = value - (old[name] or 0)
-      if by ~= 0 then
-        call('HINCRBY', counts_key, name, by)
-        if name == 'views' then views_moved = true end
+local function sink(s)
+  local part, offset = s[1], s[2]
+  local answer = {}
+  for _, b in ipairs(s[3]) do
+    local counts_key, parts_key, bucket, expire_at, values = b[1], b[2], b[3], b[4], b[5]
+    local raw = call('HGET', parts_key, part)
+    local old_offset, old = -1, {}
+    if raw then
+      local stored = cmsgpack.unpack(raw)
+      old_offset, old = stored[1], stored[2]
+    end
+    local views_moved = false
+    if old_offset < offset then
+      for name, value in pairs(values) do
+        local by = value - (old[name] or 0)
+        if by ~= 0 then
+          call('HINCRBY', counts_key, name, by)
+          if name == 'views' then views_moved = true end
+        end
+      end
+      for name, value in pairs(old) do
+        if values[name] == nil and value ~= 0 then call('HINCRBY', counts_key, name, -value) end
+      end
+      call('HSET', parts_key, part, cmsgpack.pack({offset, values}))
+      if not raw then  -- this partition's first part of the bucket: the keys' expiry and index entry
+        call('PEXPIREAT', counts_key, expire_at)
+        call('PEXPIREAT', parts_key, expire_at)
+        if s[4] ~= '' then call('ZADD', s[4], bucket, bucket) end
       end
     end
-    for name, value in pairs(old) do
-      if values[name] == nil and value ~= 0 then call('HINCRBY', counts_key, name, -value) end
-    end
-    call('HSET', parts_key, part, cmsgpack.pack({offset, values}))
-    if not raw then  -- this partition's first part of the bucket: the keys' expiry and index entry
-      call('PEXPIREAT', counts_key, expire_at)
-      call('PEXPIREAT', parts_key, expire_at)
-      if s[4] ~= '' then call('ZADD', s[4], bucket, bucket) end
+    if views_moved or not raw then
+      answer[#answer + 1] = bucket
+      answer[#answer + 1] = tonumber(call('HGET', counts_key, 'views') or '0')
     end
   end
-  if views_moved or not raw then
-    answer[#answer + 1] = bucket
-    answer[#answer + 1] = tonumber(call('HGET', counts_key, 'views') or '0')
-  end
-end
 
--- Unique viewers: a hash of digest -> first bucket while the video has fewer than `limit`, then a
--- HyperLogLog under the same key. With several regions (global_prefix: the bucket hashes' prefix)
--- the hash keeps each viewer's earliest first bucket of any region, and each bucket's `g_uniques`
--- counts the viewers whose earliest it is (a viewer of two regions counts once).
-local viewers, firsts, global = s[5], s[7], s[15]
-local function fold_when_full()
-  if call('HLEN', viewers) >= s[6] then
-    local members = call('HKEYS', viewers)
-    call('DEL', viewers)
-    variadic('PFADD', viewers, members)
+  -- Unique viewers: a hash of digest -> first bucket while the video has fewer than `limit`, then a
+  -- HyperLogLog under the same key. With several regions (global_prefix: the bucket hashes' prefix)
+  -- the hash keeps each viewer's earliest first bucket of any region, and each bucket's `g_uniques`
+  -- counts the viewers whose earliest it is (a viewer of two regions counts once).
+  local viewers, firsts, global = s[5], s[7], s[15]
+  local function fold_when_full()
+    if call('HLEN', viewers) >= s[6] then
+      local members = call('HKEYS', viewers)
+      call('DEL', viewers)
+      variadic('PFADD', viewers, members)
+    end
   end
-end
-if #firsts > 0 then
-  if call('TYPE', viewers).ok == 'string' then
-    local digests = {}
-    for i, f in ipairs(firsts) do digests[i] = f[1] end
-    variadic('PFADD', viewers, digests)
-  elseif global ~= '' then
-    for _, f in ipairs(firsts) do
-      local old = call('HGET', viewers, f[1])
-      if not old or f[2] < tonumber(old) then
-        call('HSET', viewers, f[1], f[2])
-        local now_key = global .. string.format('%d', f[2])
-        if call('EXISTS', now_key) == 1 then call('HINCRBY', now_key, 'g_uniques', 1) end
-        if old and call('EXISTS', global .. old) == 1 then call('HINCRBY', global .. old, 'g_uniques', -1) end
+  if #firsts > 0 then
+    if call('TYPE', viewers).ok == 'string' then
+      local digests = {}
+      for i, f in ipairs(firsts) do digests[i] = f[1] end
+      variadic('PFADD', viewers, digests)
+    elseif global ~= '' then
+      for _, f in ipairs(firsts) do
+        local old = call('HGET', viewers, f[1])
+        if not old or f[2] < tonumber(old) then
+          call('HSET', viewers, f[1], f[2])
+          local now_key = global .. string.format('%d', f[2])
+          if call('EXISTS', now_key) == 1 then call('HINCRBY', now_key, 'g_uniques', 1) end
+          if old and call('EXISTS', global .. old) == 1 then call('HINCRBY', global .. old, 'g_uniques', -1) end
+        end
       end
+      fold_when_full()
+    else
+      local flat = {}
+      for _, f in ipairs(firsts) do flat[#flat + 1] = f[1]; flat[#flat + 1] = f[2] end
+      variadic('HSET', viewers, flat)
+      fold_when_full()
     end
-    fold_when_full()
-  else
-    local flat = {}
-    for _, f in ipairs(firsts) do flat[#flat + 1] = f[1]; flat[#flat + 1] = f[2] end
-    variadic('HSET', viewers, flat)
-    fold_when_full()
   end
-end
-for _, sketch in ipairs(s[8]) do
-  variadic('PFADD', sketch[1], sketch[3])
-  call('PEXPIREAT', sketch[1], sketch[2])
-end
-for _, r in ipairs(s[10]) do call('HSET', s[9], r[1], cmsgpack.pack(r[2])) end
+  for _, sketch in ipairs(s[8]) do
+    variadic('PFADD', sketch[1], sketch[3])
+    call('PEXPIREAT', sketch[1], sketch[2])
+  end
+  for _, r in ipairs(s[10]) do call('HSET', s[9], r[1], cmsgpack.pack(r[2])) end
 
--- Presence: the sessions watching (their newest heartbeat is after their newest leave) and those
--- that left; `rules.is_watching` is decided in Python.
-local presence = s[11]
-local beats = {}
-for _, p in ipairs(s[12]) do beats[#beats + 1] = p[1]; beats[#beats + 1] = p[2] end
-if #beats > 0 then variadic('ZADD', presence, beats, 'GT') end
-if #s[13] > 0 then variadic('ZREM', presence, s[13]) end
-if s[14] > 0 then call('ZREMRANGEBYSCORE', presence, '-inf', '(' .. string.format('%d', s[14])) end
+  -- Presence: the sessions watching (their newest heartbeat is after their newest leave) and those
+  -- that left; `rules.is_watching` is decided in Python.
+  local presence = s[11]
+  local beats = {}
+  for _, p in ipairs(s[12]) do beats[#beats + 1] = p[1]; beats[#beats + 1] = p[2] end
+  if #beats > 0 then variadic('ZADD', presence, beats, 'GT') end
+  if #s[13] > 0 then variadic('ZREM', presence, s[13]) end
+  if s[14] > 0 then call('ZREMRANGEBYSCORE', presence, '-inf', '(' .. string.format('%d', s[14])) end
 
-return answer
+  return answer
+end
+
+local answers = {}
+for i, item in ipairs(cmsgpack.unpack(ARGV[1])) do answers[i] = sink(item) end
+return answers

@@ -39,11 +39,18 @@ class _Video:
         self.newest_beat = 0
 
 
+# On a single Redis, one script call carries the items of many videos, up to about this many bytes
+# (a call runs alone in Redis: a bounded one keeps readers waiting little).
+CALL_BYTES = 256 << 10
+
+
 @dataclass(frozen=True)
 class SinkPlan:
-    """The script calls of one committed entry, and what else it writes."""
+    """The script calls of one committed entry, the video of each item of each call (None: the
+    platform's item), and what else it writes."""
 
     calls: list[ScriptCall]
+    items: list[list[str | None]]
     videos: list[str]
     views_expiry: dict[int, int]
 
@@ -55,10 +62,12 @@ def plan_sink(
     now_ms: int,
     retention_ms: int,
     regions: bool = False,
+    cluster: bool = True,
 ) -> SinkPlan:
     """The sink's calls for a changelog entry of `state` (its presence entries are read from the
     state, whose newest values they are); with `regions`, the viewers' first buckets are kept the
-    earliest of any region, with each bucket's `g_uniques` (decision 0006)."""
+    earliest of any region, with each bucket's `g_uniques` (decision 0006). On a `cluster`, one
+    call a video (its keys share its slot); on a single Redis, few calls carry every video."""
     offset = int(entry["offset"])  # type: ignore[call-overload]
     bucket_ms = state.bucket_ms
     videos: dict[str, _Video] = defaultdict(_Video)
@@ -94,7 +103,7 @@ def plan_sink(
             target.newest_beat = max(target.newest_beat, beat)
         else:
             target.absent.append(session)
-    calls: list[ScriptCall] = []
+    items: list[tuple[str | None, str, bytes]] = []  # video, its key, the encoded item
     for video in sorted(videos):
         v = videos[video]
         arg = [
@@ -114,21 +123,41 @@ def plan_sink(
             v.newest_beat - PRESENCE_KEEP_MS if v.newest_beat else 0,
             keys.bucket_counts(video, 0).removesuffix("0") if regions else "",
         ]
-        calls.append((keys.buckets_index(video), [_encoder.encode(arg)]))
+        items.append((video, keys.buckets_index(video), _encoder.encode(arg)))
     platform = [
         [keys.platform(int(b)), keys.platform_parts(int(b)), int(b), expire_at(int(b)), fields or {}]
         for b, fields in _items(entry, "platform")
     ]
     if platform:
         arg = [part, offset, platform, "", "", 0, [], [], "", [], "", [], [], 0, ""]
-        calls.append((keys.platform(int(platform[0][2])), [_encoder.encode(arg)]))  # type: ignore[call-overload]
+        items.append((None, keys.platform(int(platform[0][2])), _encoder.encode(arg)))  # type: ignore[call-overload]
+    calls, of = _calls(items, cluster)
     expiry = {int(b[2]): int(b[3]) for v in videos.values() for b in v.buckets}  # type: ignore[call-overload]
-    return SinkPlan(calls, sorted(videos), expiry)
+    return SinkPlan(calls, of, sorted(videos), expiry)
+
+
+def _calls(
+    items: list[tuple[str | None, str, bytes]], cluster: bool
+) -> tuple[list[ScriptCall], list[list[str | None]]]:
+    """Group the encoded items into script calls (each call's argument is the list of its items):
+    one item a call on a cluster, up to `CALL_BYTES` a call otherwise."""
+    calls: list[ScriptCall] = []
+    of: list[list[str | None]] = []
+    group: list[tuple[str | None, str, bytes]] = []
+    size = 0
+    for n, item in enumerate(items, 1):
+        group.append(item)
+        size += len(item[2])
+        if cluster or size >= CALL_BYTES or n == len(items):
+            calls.append((group[0][1], [_encoder.encode([msgspec.Raw(i[2]) for i in group])]))
+            of.append([i[0] for i in group])
+            group, size = [], 0
+    return calls, of
 
 
 async def sink(client: aioredis.Redis, plan: SinkPlan) -> None:
-    """Write a sink plan: the scripts (one per video and one for the platform, pipelined), then
-    each changed bucket's views into trending and the videos into the index."""
+    """Write a sink plan: the script calls (pipelined), then each changed bucket's views into
+    trending and the videos into the index."""
     if not plan.calls:
         return
     answers = await eval_each(client, LUA, plan.calls)
@@ -137,12 +166,11 @@ async def sink(client: aioredis.Redis, plan: SinkPlan) -> None:
             raise answer
     async with client.pipeline(transaction=False) as pipe:
         trending: dict[int, dict[str, int]] = defaultdict(dict)
-        for (key, _), answer in zip(plan.calls, answers, strict=True):
-            if key.startswith(keys.platform(0).removesuffix("0")):
-                continue
-            video = _video_of(key)
-            for i in range(0, len(answer), 2):
-                trending[int(answer[i])][video] = int(answer[i + 1])
+        for videos, answer in zip(plan.items, answers, strict=True):
+            for video, moved in zip(videos, answer, strict=True):
+                if video is not None:
+                    for i in range(0, len(moved), 2):
+                        trending[int(moved[i])][video] = int(moved[i + 1])
         for bucket, views in trending.items():
             counted = {video: n for video, n in views.items() if n > 0}
             if counted:
@@ -154,11 +182,6 @@ async def sink(client: aioredis.Redis, plan: SinkPlan) -> None:
         if plan.videos:
             pipe.sadd(keys.videos_index(), *plan.videos)
         await pipe.execute()
-
-
-def _video_of(index_key: str) -> str:
-    """The video of a buckets-index key (`keys.buckets_index`)."""
-    return index_key[index_key.index("{") + 1 : index_key.rindex("}")]
 
 
 def _items(entry: Mapping[str, object], table: str) -> list[tuple[str, object]]:

@@ -372,7 +372,9 @@ class StateCounter:
 
     def _plan_sink(self, entry: dict[str, Any], state: PartitionState, partition: int) -> SinkPlan:
         s = self._settings
-        return plan_sink(entry, state, self._part(partition), self._now(), s.retention_ms, bool(s.peers))
+        return plan_sink(
+            entry, state, self._part(partition), self._now(), s.retention_ms, bool(s.peers), s.redis_cluster
+        )
 
     async def _published(self, entry: dict[str, Any], state: PartitionState, partition: int) -> None:
         """Hand what a sunk entry changed to `publish` (several regions only): its components, and

@@ -20,7 +20,7 @@ from counting.values import ShardPlan, decode_shard_plan
 from counting.wire import encode_events, partition_for, record_key
 from ingest.publisher import shard_for
 from serving_layer.speed import read_speed
-from speed_layer import state_counter
+from speed_layer import sink, state_counter
 from speed_layer.archiver import ParquetLog
 from speed_layer.handoff import home_of
 from speed_layer.rebuild import rebuild
@@ -77,9 +77,15 @@ def _out_of_order(records: list[Record], rng: random.Random) -> list[Record]:
     return out
 
 
+@pytest.mark.parametrize("call_bytes", [sink.CALL_BYTES, 1], ids=["many-videos-a-call", "one-video-a-call"])
 async def test_counts_equal_the_oracle_at_every_bucket_edge(
-    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
+    settings: Settings,
+    aclient: aioredis.Redis,
+    redis_client: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+    call_bytes: int,
 ) -> None:
+    monkeypatch.setattr(sink, "CALL_BYTES", call_bytes)  # one video a call: as on a Redis Cluster
     events = Traffic(seed=41, step_ms=40).mixed(n=700)
     assert len({e.event_id for e in events}) < len(events)  # retries present
     expected = oracle.count(events)
