@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 import redis.asyncio as aioredis
+import zstandard
 
 from counting import keys
 from counting.redisconn import eval_each
@@ -27,12 +28,19 @@ RAISE = """if tonumber(redis.call('GET', KEYS[1]) or '-1') < tonumber(ARGV[1]) t
 end"""
 
 
+# Changelog entries and snapshots are stored compressed (Zstandard's fastest level: about a third of
+# the msgpack bytes, at some 300 MB/s); a value written before, plain msgpack, still reads.
+_compress = zstandard.ZstdCompressor(level=1).compress
+_decompress = zstandard.ZstdDecompressor().decompress
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
 def encode(entry: dict[str, object]) -> bytes:
-    return _encoder.encode(entry)
+    return _compress(_encoder.encode(entry))
 
 
 def decode(raw: bytes) -> dict[str, Any]:
-    return _decoder.decode(raw)
+    return _decoder.decode(_decompress(raw) if raw.startswith(_ZSTD_MAGIC) else raw)
 
 
 def _keys(topic: str, partition: int) -> tuple[str, str, str, str, str]:
