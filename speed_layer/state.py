@@ -90,12 +90,27 @@ class PartitionState:
         self.imported: dict[str, int] = {}
         self.pending: dict[str, list[bytes]] = {}
         self.viewers_of: dict[str, int] = {}  # video -> exact viewers in `firsts`
+        # Within a micro-batch the platform's buckets are not touched per event: the events that
+        # arrived per bucket, and each changed video bucket's counts before the batch, are carried
+        # to them once (`_settle`, before any `delta` or `snapshot`).
+        self._arrived: dict[int, int] = {}
+        self._counts_before: dict[str, dict[str, int]] = {}
         self.changes = Changes()
+        self._bind_changes()
+
+    def _bind_changes(self) -> None:
+        """The change sets written per event, bound once per micro-batch."""
+        tables = self.changes.keys
+        self._changed_seen = tables["seen"]
+        self._changed_windows = tables["windows"]
+        self._changed_firsts = tables["firsts"]
+        self._changed_counts = tables["counts"]
 
     @property
     def changed(self) -> bool:
         """Whether anything changed since the last `delta`."""
-        return any(self.changes.keys.values()) or bool(self.changes.sketches) or bool(self.changes.forward)
+        changes = self.changes
+        return any(changes.keys.values()) or bool(changes.sketches or changes.forward or self._arrived)
 
     # -- applying events -------------------------------------------------------------------------
 
@@ -105,7 +120,8 @@ class PartitionState:
         if ingest_ts > self.newest_ingest:
             self.newest_ingest = ingest_ts
         if here:
-            self._add_platform(str(_bucket_of(ingest_ts, self.bucket_ms)), "events", 1)
+            bucket = _bucket_of(ingest_ts, self.bucket_ms)
+            self._arrived[bucket] = self._arrived.get(bucket, 0) + 1
 
     def forward(self, event: Event) -> None:
         """A reaction accepted in this region, for the other regions (with the next entry)."""
@@ -139,7 +155,7 @@ class PartitionState:
             if ingest_ts >= applied_ts or applied != verdict:  # type: ignore[operator]
                 return False  # a later copy, or a copy the bot windows judged otherwise: the first stays
         self.seen[marker] = [ingest_ts, verdict, rules.viewer_route(digest)]
-        self.changes.keys["seen"].add(marker)
+        self._changed_seen.add(marker)
         was = None if seen is None else _bucket_of(seen[0], self.bucket_ms)  # type: ignore[arg-type]
         if verdict == REACTION:
             self._react(
@@ -193,7 +209,7 @@ class PartitionState:
 
     def _set_window(self, key: str, ingest_ts: int, event_id: str) -> None:
         self.windows[key] = [ingest_ts, event_id]
-        self.changes.keys["windows"].add(key)
+        self._changed_windows.add(key)
 
     def _count_view(self, video: str, digest: str, bucket: int) -> None:
         """A counted view: its bucket's views and sketch, and the viewer's first bucket (each
@@ -206,7 +222,7 @@ class PartitionState:
             return  # past the exact limit: only the sketches grow
         if first is None or bucket < first:
             self.firsts[key] = bucket
-            self.changes.keys["firsts"].add(key)
+            self._changed_firsts.add(key)
             self._add(video, bucket, "uniques", 1)
             if first is None:
                 self.viewers_of[video] = self.viewers_of.get(video, 0) + 1
@@ -259,10 +275,23 @@ class PartitionState:
         fields = self.counts.get(key)
         if fields is None:
             fields = self.counts[key] = {}
+        if key not in self._counts_before:
+            self._counts_before[key] = dict(fields)
+            self._changed_counts.add(key)
         fields[name] = fields.get(name, 0) + by
-        self.changes.keys["counts"].add(key)
-        if name != "uniques":  # first sightings per video: no platform meaning
-            self._add_platform(str(bucket), name, by)
+
+    def _settle(self) -> None:
+        """Carry the micro-batch's arrivals and the changes of its video buckets to the platform's
+        buckets (every field but `uniques`: first sightings per video have no platform meaning)."""
+        for bucket, n in self._arrived.items():
+            self._add_platform(str(bucket), "events", n)
+        for key, before in self._counts_before.items():
+            bucket = key.rpartition(SEP)[2]
+            for name, value in self.counts[key].items():
+                old = before.get(name)
+                if name != "uniques" and (old is None or value != old):
+                    self._add_platform(bucket, name, value - (old or 0))
+        self._arrived, self._counts_before = {}, {}
 
     def _add_platform(self, bucket: str, name: str, by: int) -> None:
         fields = self.platform.get(bucket)
@@ -317,7 +346,9 @@ class PartitionState:
     def delta(self) -> dict[str, object]:
         """The changelog entry of the events applied since the last call: each changed entry's new
         value (None: dropped), the sketches' digests and the offset; resets the changes."""
+        self._settle()
         changes, self.changes = self.changes, Changes()
+        self._bind_changes()
         entry: dict[str, object] = {"offset": self.offset, "newest": self.newest_ingest}
         for table in TABLES:
             values = getattr(self, table)
@@ -329,6 +360,7 @@ class PartitionState:
 
     def snapshot(self) -> dict[str, object]:
         """Every entry (after `trim`), in the changelog entry's layout."""
+        self._settle()
         entry: dict[str, object] = {"offset": self.offset, "newest": self.newest_ingest, "sketches": {}}
         for table in TABLES:
             entry[table] = dict(getattr(self, table))

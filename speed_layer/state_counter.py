@@ -166,6 +166,7 @@ class StateCounter:
         commits: dict[int, Commit] = {}
         dead_letters: list[tuple[Record, PoisonRecord]] = []
         per_video: dict[str, int] = {}
+        homes: dict[str, int] = {}
         newest = 0
         for (_, partition), group in by_partition(records).items():
             owned = self.owned.get(partition)
@@ -186,7 +187,9 @@ class StateCounter:
                 for event in events:
                     video = event.video_id
                     per_video[video] = per_video.get(video, 0) + 1
-                    home = home_of(video, partitions)
+                    home = homes.get(video)
+                    if home is None:
+                        home = homes[video] = home_of(video, partitions)
                     if video not in state.imported and home != partition and self._rebuilding:
                         self._take_over_from_home(video, home, partition, event)
                     if video in state.imported or home == partition:
