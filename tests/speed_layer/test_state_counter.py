@@ -12,6 +12,7 @@ from collections.abc import Callable
 import pytest
 import redis
 import redis.asyncio as aioredis
+import zstandard
 
 from counting import keys, oracle, rules
 from counting.event import Event
@@ -205,6 +206,31 @@ async def test_a_restored_state_equals_the_state_it_was_built_from(
     assert redis.Redis.from_url(settings.redis_url).exists(
         keys.partition_state(settings.events_topic, 0, "snapshot")
     ), "a snapshot replaced the changelog"
+    for partition in range(PARTITIONS):
+        mine, theirs = worker.owned[partition].state, restored.owned[partition].state
+        assert theirs.offset == mine.offset
+        for table in TABLES:
+            assert getattr(theirs, table) == getattr(mine, table), table
+
+
+async def test_a_state_stored_plain_by_an_earlier_version_restores(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(state_counter, "MIN_LOG_BYTES", 3_000)
+    worker = await _count(settings, aclient, pack(Traffic(seed=46).mixed(n=400), PARTITIONS))
+    for partition in range(PARTITIONS):  # what an earlier version wrote: the same msgpack, not compressed
+        log = keys.partition_state(settings.events_topic, partition, "log")
+        snapshot = keys.partition_state(settings.events_topic, partition, "snapshot")
+        stored = [redis_client.get(snapshot), *redis_client.lrange(log, 0, -1)]
+        assert all(raw is None or raw.startswith(b"\x28\xb5\x2f\xfd") for raw in stored), "stored compressed"
+        plain = [zstandard.ZstdDecompressor().decompress(raw) for raw in stored if raw is not None]
+        assert all(len(p) > len(raw) for p, raw in zip(plain, filter(None, stored), strict=True))
+        if stored[0] is not None:
+            redis_client.set(snapshot, plain.pop(0))
+        redis_client.delete(log)
+        if plain:
+            redis_client.rpush(log, *plain)
+    restored = await _worker(settings, aclient)
     for partition in range(PARTITIONS):
         mine, theirs = worker.owned[partition].state, restored.owned[partition].state
         assert theirs.offset == mine.offset
