@@ -283,8 +283,8 @@ class PartitionState:
     def _settle(self) -> None:
         """Carry the micro-batch's arrivals and the changes of its video buckets to the platform's
         buckets (every field but `uniques`: first sightings per video have no platform meaning)."""
-        for bucket, n in self._arrived.items():
-            self._add_platform(str(bucket), "events", n)
+        for arrived_in, n in self._arrived.items():
+            self._add_platform(str(arrived_in), "events", n)
         for key, before in self._counts_before.items():
             bucket = key.rpartition(SEP)[2]
             for name, value in self.counts[key].items():
