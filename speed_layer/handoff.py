@@ -49,7 +49,7 @@ def moved_entries(
 
     for key, seen in state.seen.items():
         if key.startswith(prefix):
-            put("seen", key, seen, int(seen[2]))  # type: ignore[call-overload]
+            put("seen", key, seen, seen[2])
     for key, counted in state.windows.items():
         if key.startswith(prefix):
             viewer = key[len(prefix) :].rpartition(SEP)[0]

@@ -26,6 +26,7 @@ its outcome to its own bucket, as the oracle's first-copy order says.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
@@ -57,6 +58,7 @@ _bucket_of = rules.bucket_of
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder()
 _LIKED, _DISLIKED = rules.LIKED, rules.DISLIKED
+_TUPLES = frozenset({"seen", "windows"})
 
 
 @dataclass
@@ -78,8 +80,10 @@ class PartitionState:
         self.keep_buckets = retention_ms // bucket_ms + 1
         self.offset = -1
         self.newest_ingest = 0
-        self.seen: dict[str, list[object]] = {}
-        self.windows: dict[str, list[object]] = {}
+        # Markers and windows are tuples of numbers and text: the collector stops tracking such a
+        # tuple once it has seen it, where millions of lists would be scanned at every full collection.
+        self.seen: dict[str, tuple[int, str, int]] = {}
+        self.windows: dict[str, tuple[int, str]] = {}
         self.firsts: dict[str, int] = {}
         self.reactions: dict[str, list[list[object]]] = {}
         self.counts: dict[str, dict[str, int]] = {}
@@ -152,11 +156,11 @@ class PartitionState:
         seen = self.seen.get(marker)
         if seen is not None:
             applied_ts, applied = seen[0], seen[1]
-            if ingest_ts >= applied_ts or applied != verdict:  # type: ignore[operator]
+            if ingest_ts >= applied_ts or applied != verdict:
                 return False  # a later copy, or a copy the bot windows judged otherwise: the first stays
-        self.seen[marker] = [ingest_ts, verdict, rules.viewer_route(digest)]
+        self.seen[marker] = (ingest_ts, verdict, rules.viewer_route(digest))
         self._changed_seen.add(marker)
-        was = None if seen is None else _bucket_of(seen[0], self.bucket_ms)  # type: ignore[arg-type]
+        was = None if seen is None else _bucket_of(seen[0], self.bucket_ms)
         if verdict == REACTION:
             self._react(
                 video, event.user_id or "", event.ts, event_id, rules.REACTION_STATE[event.type], bucket
@@ -181,14 +185,14 @@ class PartitionState:
         ingest_ts: int,
         event_id: str,
         bucket: int,
-        seen: list[object] | None,
+        seen: tuple[int, str, int] | None,
     ) -> None:
         """A qualified view: of a viewer's views of a video in one window, the first by (ingest_ts,
         event_id) counts, the others are repeats."""
         key = video + SEP + viewer + SEP + str(window)
         counted = self.windows.get(key)
         if seen is not None:  # an earlier copy of an applied view
-            was = _bucket_of(seen[0], self.bucket_ms)  # type: ignore[arg-type]
+            was = _bucket_of(seen[0], self.bucket_ms)
             if counted is not None and counted[1] == event_id:  # the counted one: it stays, earlier
                 self._set_window(key, ingest_ts, event_id)
                 self._add(video, was, "views", -1)
@@ -200,7 +204,7 @@ class PartitionState:
             self._count_view(video, digest, bucket)
         elif (ingest_ts, event_id) < (counted[0], counted[1]):
             self._set_window(key, ingest_ts, event_id)
-            was = _bucket_of(counted[0], self.bucket_ms)  # type: ignore[arg-type]
+            was = _bucket_of(counted[0], self.bucket_ms)
             self._add(video, was, "views", -1)
             self._add(video, was, "repeat_views", 1)
             self._count_view(video, digest, bucket)
@@ -208,7 +212,7 @@ class PartitionState:
             self._add(video, bucket, "repeat_views", 1)
 
     def _set_window(self, key: str, ingest_ts: int, event_id: str) -> None:
-        self.windows[key] = [ingest_ts, event_id]
+        self.windows[key] = (ingest_ts, event_id)
         self._changed_windows.add(key)
 
     def _count_view(self, video: str, digest: str, bucket: int) -> None:
@@ -331,7 +335,7 @@ class PartitionState:
         waited for them, in arrival order (to apply now)."""
         for name, raw in entries.items():
             table, _, key = name.decode().partition(SEP)
-            getattr(self, table)[key] = _decoder.decode(raw)
+            getattr(self, table)[key] = _as_kept(table, _decoder.decode(raw))
             self.changes.keys[table].add(key)
             if table == "firsts":
                 self.viewers_of[video] = self.viewers_of.get(video, 0) + 1
@@ -376,7 +380,7 @@ class PartitionState:
                 if value is None:
                     values.pop(key, None)
                 else:
-                    values[key] = value
+                    values[key] = _as_kept(table, value)
         self.viewers_of = {}
         for key in self.firsts:
             video = key.rpartition(SEP)[0]
@@ -387,13 +391,18 @@ class PartitionState:
         (counts and platform buckets, whose Redis keys expired)."""
         floor = self.newest_ingest - self.horizon_ms
         oldest = _bucket_of(self.newest_ingest, self.bucket_ms) - self.keep_buckets
-        self.seen = {k: v for k, v in self.seen.items() if v[0] >= floor}  # type: ignore[operator]
-        self.windows = {k: v for k, v in self.windows.items() if v[0] >= floor}  # type: ignore[operator]
+        self.seen = {k: v for k, v in self.seen.items() if v[0] >= floor}
+        self.windows = {k: v for k, v in self.windows.items() if v[0] >= floor}
         self.counts = {k: v for k, v in self.counts.items() if int(k.rpartition(SEP)[2]) >= oldest}
         self.platform = {k: v for k, v in self.platform.items() if int(k) >= oldest}
         present = self.newest_ingest - PRESENCE_KEEP_MS
         self.beats = {k: v for k, v in self.beats.items() if v >= present}
         self.leaves = {k: v for k, v in self.leaves.items() if v >= present}
+
+
+def _as_kept(table: str, value: Any) -> Any:
+    """A decoded value as the table keeps it: markers and windows as tuples (msgpack gives lists)."""
+    return tuple(value) if table in _TUPLES else value
 
 
 def _state_changes(entries: list[list[object]], sign: int, into: dict[int, list[int]]) -> None:
