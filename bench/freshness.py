@@ -1,11 +1,13 @@
 """Benchmark freshness: the time from the ingest API's acknowledgement to the event being visible in
 the stats route, while the platform ingests a steady load.
 
-`python -m bench.freshness [--rate 20000] [--seconds 30]` starts the local stack on free ports (a
-fresh Tansu broker, a redis-server of its own, both Faust workers, both APIs), posts background
-traffic through the ingest API at `--rate` events a second from two loader processes, and every
-100 ms posts one tracer view (a new viewer of the video `tracer`), then polls the stats route until
-the tracer's view is counted. Prints one line of JSON and writes bench/results/freshness.json.
+`python -m bench.freshness [--rate 20000] [--seconds 30] [--redis-cluster]` starts the local stack
+on free ports (a fresh Tansu broker, a redis-server of its own or, with `--redis-cluster`, a local
+Redis Cluster of 3 masters and the counter with its state in the worker; both Faust workers, both
+APIs), posts background traffic through the ingest API at `--rate` events a second from two loader
+processes, and every 100 ms posts one tracer view (a new viewer of the video `tracer`), then polls
+the stats route until the tracer's view is counted. Prints one line of JSON and writes
+bench/results/freshness.json.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import msgspec
 from bench.machine import machine
 from bench.speed_traffic import REQUEST_EVENTS, generate
 from counting.settings import Settings
+from tally.redis_cluster import free_first_port, start_cluster, stop_cluster
 from tally.secrets import with_local_secrets
 from tally.services import free_port, free_ports
 from tally.stack import start_stack
@@ -128,6 +131,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="python -m bench.freshness", description=__doc__)
     parser.add_argument("--rate", type=float, default=20_000.0)
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--redis-cluster", action="store_true", help="run on a local Redis Cluster")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="tally-fresh-") as tmp:
         settings = Settings(
@@ -140,8 +144,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             bucket_ms=60_000,
         )
         settings = with_local_secrets(settings)  # the collector key the stack's ingest API checks
+        if args.redis_cluster:
+            cluster, _ = start_cluster(settings, free_first_port())
+            update = {"redis_url": cluster.url, "redis_cluster": True, "counter_state": "worker"}
+            settings = settings.model_copy(update=update)
         print("starting the stack", file=sys.stderr)
-        stack = start_stack(settings, reset=True)
+        try:
+            stack = start_stack(settings, reset=True)
+        except BaseException:
+            stop_cluster(settings)
+            raise
         try:
             ingest = f"http://127.0.0.1:{settings.ingest_port}"
             serving = f"http://127.0.0.1:{settings.serving_port}"
@@ -167,8 +179,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             elapsed = time.monotonic() - started
         finally:
             stack.stop()
+            stop_cluster(settings)
     result = {
         "benchmark": "freshness",
+        "counter_state": settings.counter_state,
+        "redis_cluster": settings.redis_cluster,
         "rate_target": args.rate,
         "rate_achieved": round(sent.value / max(elapsed, 1e-9)),
         "tracers": len(latencies),
