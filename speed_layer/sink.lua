@@ -9,8 +9,10 @@
 --   {part, offset, buckets, index, viewers, limit, firsts, sketches, reactions_key,
 --   reactions, presence_key, present, absent, trim_below, global_prefix} (keys '' when unused)
 --   buckets: {{counts_key, parts_key, bucket, expire_at, {field = value}}}
---   firsts: {{digest, first bucket}}; sketches: {{sketch_key, expire_at, {digest}}}
---   reactions: {{user, history}} (`values.decode_history` reads the packed history); present: {{ingest_ts, session}}; absent: {session}
+--   firsts: {digest, first bucket, digest, first bucket, ...} (flat, as HSET takes them);
+--   sketches: {{sketch_key, expire_at, {digest}}}; reactions: {{user, history}}
+--   (`values.decode_history` reads the packed history); present: {ingest_ts, session, ...} (flat,
+--   as ZADD takes them); absent: {session}
 -- Answers, per item, the `views` sum after the write of each bucket whose views moved (for
 -- trending): {{bucket, views, ...}, ...}.
 local call = redis.call
@@ -18,9 +20,8 @@ local CHUNK = 4000
 
 local function variadic(command, key, items, before)
   for i = 1, #items, CHUNK do
-    local args = {unpack(items, i, math.min(i + CHUNK - 1, #items))}
-    if before then table.insert(args, 1, before) end
-    call(command, key, unpack(args))
+    local last = math.min(i + CHUNK - 1, #items)
+    if before then call(command, key, before, unpack(items, i, last)) else call(command, key, unpack(items, i, last)) end
   end
 end
 
@@ -75,10 +76,11 @@ local function sink(s)
   if #firsts > 0 then
     if call('TYPE', viewers).ok == 'string' then
       local digests = {}
-      for i, f in ipairs(firsts) do digests[i] = f[1] end
+      for i = 1, #firsts, 2 do digests[#digests + 1] = firsts[i] end
       variadic('PFADD', viewers, digests)
     elseif global ~= '' then
-      for _, f in ipairs(firsts) do
+      for i = 1, #firsts, 2 do
+        local f = {firsts[i], firsts[i + 1]}
         local old = call('HGET', viewers, f[1])
         if not old or f[2] < tonumber(old) then
           call('HSET', viewers, f[1], f[2])
@@ -89,9 +91,7 @@ local function sink(s)
       end
       fold_when_full()
     else
-      local flat = {}
-      for _, f in ipairs(firsts) do flat[#flat + 1] = f[1]; flat[#flat + 1] = f[2] end
-      variadic('HSET', viewers, flat)
+      variadic('HSET', viewers, firsts)
       fold_when_full()
     end
   end
@@ -104,9 +104,7 @@ local function sink(s)
   -- Presence: the sessions watching (their newest heartbeat is after their newest leave) and those
   -- that left; `rules.is_watching` is decided in Python.
   local presence = s[11]
-  local beats = {}
-  for _, p in ipairs(s[12]) do beats[#beats + 1] = p[1]; beats[#beats + 1] = p[2] end
-  if #beats > 0 then variadic('ZADD', presence, beats, 'GT') end
+  if #s[12] > 0 then variadic('ZADD', presence, s[12], 'GT') end
   if #s[13] > 0 then variadic('ZREM', presence, s[13]) end
   if s[14] > 0 then call('ZREMRANGEBYSCORE', presence, '-inf', '(' .. string.format('%d', s[14])) end
 

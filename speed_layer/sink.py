@@ -31,10 +31,10 @@ class _Video:
 
     def __init__(self) -> None:
         self.buckets: list[list[object]] = []
-        self.firsts: list[tuple[str, object]] = []
+        self.firsts: list[object] = []  # digest, first bucket, digest, ... (flat: HSET's arguments)
         self.sketches: list[list[object]] = []
         self.reactions: list[list[object]] = []
-        self.present: list[tuple[int, str]] = []
+        self.present: list[object] = []  # ingest time, session, ... (flat: ZADD's arguments)
         self.absent: list[str] = []
         self.newest_beat = 0
 
@@ -84,7 +84,7 @@ def plan_sink(
     for key, first in _items(entry, "firsts"):
         video, _, digest = key.rpartition(SEP)
         if first is not None:
-            videos[video].firsts.append((digest, first))
+            videos[video].firsts += (digest, first)
     for key, digests in _items(entry, "sketches"):
         video, _, bucket = key.rpartition(SEP)
         b = int(bucket)
@@ -99,7 +99,7 @@ def plan_sink(
         beat, leave = state.beats.get(key), state.leaves.get(key)
         target = videos[video]
         if beat is not None and (leave is None or beat > leave):
-            target.present.append((beat, session))
+            target.present += (beat, session)
             target.newest_beat = max(target.newest_beat, beat)
         else:
             target.absent.append(session)

@@ -16,9 +16,11 @@ from counting.wire import encode_events
 from serving_layer.merge import merge
 from serving_layer.speed import read_speed, top_videos, unique_viewers_between
 from speed_layer.counter_worker import CounterWorker
+from speed_layer.handoff import home_of
 from speed_layer.plan import EXACT_VIEWERS_LIMIT
 from speed_layer.records import Record
 from tests.speed_layer.helpers import Traffic, no_dead_letters, pack, speed_counts
+from tests.writers import new_counter
 from warehouse.baseline import BaselineRow
 
 pytestmark = pytest.mark.integration
@@ -97,16 +99,21 @@ async def test_trending_ranks_videos_by_counted_views_over_a_window(
     assert 0 < ttl <= settings.retention_ms + 2 * settings.bucket_ms
 
 
+@pytest.mark.parametrize("counter_state", ["redis", "worker"])
 async def test_unique_viewers_are_exact_then_sketched_past_the_limit_and_merge_without_double_counting(
-    settings: Settings, aclient: aioredis.Redis
+    settings: Settings, aclient: aioredis.Redis, counter_state: str
 ) -> None:
+    settings = settings.model_copy(update={"counter_state": counter_state})
+    topic, home = settings.events_topic, home_of("v", settings.topic_partitions)
     traffic = Traffic(seed=34, step_ms=0)
     before = [traffic.view("v", f"u{i}", ts=traffic.clock - 3_600_000) for i in range(50)]
     traffic.clock += 2 * settings.bucket_ms
     after = [traffic.view("v", f"u{i}", ts=traffic.clock) for i in range(30, 80)]  # 20 seen before too
     cutoff_bucket = rules.bucket_of(after[0].ingest_ts or 0, settings.bucket_ms)
-    worker = CounterWorker(settings, aclient, no_dead_letters)
-    await worker.handle([Record("t", 0, 0, encode_events(before)), Record("t", 0, 1, encode_events(after))])
+    worker = new_counter(settings, aclient, no_dead_letters)
+    await worker.handle(
+        [Record(topic, home, 0, encode_events(before)), Record(topic, home, 1, encode_events(after))]
+    )
 
     baseline = BaselineRow("v", views=50, unique_viewers=50)
     speed = await read_speed(aclient, "v", cutoff_bucket, 0)
@@ -115,7 +122,7 @@ async def test_unique_viewers_are_exact_then_sketched_past_the_limit_and_merge_w
     assert await unique_viewers_between(aclient, "v", cutoff_bucket, cutoff_bucket) == 50
 
     many = [traffic.view("v", f"m{i}") for i in range(EXACT_VIEWERS_LIMIT)]
-    await worker.handle([Record("t", 0, 2, encode_events(many))])
+    await worker.handle([Record(topic, home, 2, encode_events(many))])
     assert await aclient.type(keys.viewers("v")) == b"string"
     speed = await read_speed(aclient, "v", cutoff_bucket, 0)
     merged = merge("v", baseline, speed)
