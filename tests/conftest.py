@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import redis
@@ -13,6 +15,22 @@ import redis
 from counting.settings import Settings
 from tally.services import Service, free_port, free_ports, start_broker, start_redis
 from tally.stack import Stack, start_stack
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """An xdist worker runs as `python -c`: its `__main__` has no file, which PySpark takes for a
+    doctest run (`pyspark.sql.connect.utils.check_dependencies` then exits the process when Spark
+    Connect's dependencies are missing, as here, on Great Expectations' import of it). Give it the
+    file a plain pytest run has, `pytest/__main__.py` (a `spawn` child runs it as `__mp_main__`:
+    nothing)."""
+    main = sys.modules["__main__"]
+    if os.environ.get("PYTEST_XDIST_WORKER") and main.__spec__ is None and not hasattr(main, "__file__"):
+        main.__file__ = str(Path(pytest.__file__).with_name("__main__.py"))
+
+
+def _worker_number() -> int:
+    """This pytest process's number among xdist's workers (`gw0` is 0); 0 without xdist."""
+    return int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
 
 
 @pytest.fixture(scope="session")
@@ -25,10 +43,16 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real Redis: TALLY_TEST_REDIS_URL if set, else a redis-server of the test session's own."""
+    """A real Redis: TALLY_TEST_REDIS_URL if set, else a redis-server of the test session's own.
+
+    On TALLY_TEST_REDIS_URL each xdist worker takes a pair of databases of its own (the URL's and
+    the one after it for worker 0, the two after those for worker 1, ...): tests flush their
+    database, and some use the next one as a second Redis (`test_regions.py`)."""
     url = os.environ.get("TALLY_TEST_REDIS_URL")
     if url:
-        yield url
+        parts = urlsplit(url)
+        db = int(parts.path.lstrip("/") or 0) + 2 * _worker_number()
+        yield parts._replace(path=f"/{db}").geturl()
         return
     service: Service = start_redis(free_port(), tmp_path_factory.mktemp("redis"))
     yield f"redis://127.0.0.1:{service.port}/0"

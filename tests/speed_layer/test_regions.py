@@ -30,8 +30,9 @@ T0 = 1_800_000_000_000
 
 @pytest.fixture
 def other_redis(redis_url: str) -> Iterator[str]:
-    """A second database of the tests' Redis: the second region's own."""
-    url = redis_url.rsplit("/", 1)[0] + "/1"
+    """A second database of the tests' Redis, the one after theirs: the second region's own."""
+    server, db = redis_url.rsplit("/", 1)
+    url = f"{server}/{int(db) + 1}"
     client = redis.Redis.from_url(url)
     client.flushdb()
     yield url
