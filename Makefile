@@ -23,8 +23,14 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
+# The tests run on both cores (pytest-xdist; a test file stays on one worker, with its module's
+# fixtures), then those marked `serial` (timing, rates, benchmarks) alone. Both phases run; the
+# target fails if either fails (pytest's 5, nothing selected, is a failure only in both).
 test: lint
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n 2 --dist loadfile -m "not serial" $(PYTEST_ARGS); parallel=$$?; \
+	$(VENV)/bin/pytest -m serial $(PYTEST_ARGS); serial=$$?; \
+	echo "make test: pytest exited $$parallel on both cores, $$serial alone (serial)"; \
+	case "$$parallel $$serial" in "5 5") exit 5;; [05]" "[05]) exit 0;; *) exit 1;; esac
 
 unit: install
 	$(VENV)/bin/pytest -m "not slow" $(PYTEST_ARGS)

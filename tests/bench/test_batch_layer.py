@@ -13,7 +13,8 @@ import pytest
 
 from bench.batch_layer import in_new_process
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+# serial: the benchmark times each engine (a process of its own a run): alone on the machine.
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.serial]
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -17,6 +17,8 @@ import pytest
 from bench.batch_stages import idle_seconds
 from bench.batch_traffic import BenchTraffic, write_bench_log
 
+# serial: the run's stage times and profile samples are read from a Spark run alone on the machine.
+pytestmark = pytest.mark.serial
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -19,7 +19,8 @@ from counting.traffic import (
     VELOCITY,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+# serial: a benchmark run (a stack of its own, traffic sent at its pace): alone on the machine.
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.serial]
 
 # The kinds whose signal fires on each of their views (the batch sees a burst whole).
 EVERY_VIEW = (HEADLESS_FARM, DATACENTER, VELOCITY, REPLAY_LOOP, AGENT_ROTATION)

@@ -10,7 +10,8 @@ import pytest
 
 from bench import ingest
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+# serial: the benchmark measures latencies and request rates: alone on the machine.
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.serial]
 
 
 def test_quick_ingest_bench_reports_its_figures_and_loses_nothing(tmp_path: Path) -> None:

@@ -10,7 +10,8 @@ import pytest
 from bench import redis_script
 from speed_layer import script
 
-pytestmark = pytest.mark.integration
+# serial: the benchmark measures Redis's CPU time an event: alone on the machine.
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 
 def test_every_variant_runs_and_the_full_script_stores_every_offset(tmp_path: Path) -> None:

@@ -15,7 +15,8 @@ import pytest
 
 from bench import regions
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# serial: two whole stacks converge within the benchmark's wait, and it times them: alone on the machine.
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.serial]
 
 
 def test_two_regions_converge_on_the_oracles_counts_after_a_cut(tmp_path: Path) -> None:

@@ -16,7 +16,9 @@ from counting.settings import Settings
 from counting.wire import decode_events
 from tally.topics import ensure_topics
 
-pytestmark = pytest.mark.integration
+# serial: the readers measure rates, the benchmark times its counter against them, and a reader
+# stops after IDLE_LIMIT_S without a record: alone on the machine.
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 PARTITIONS = 4
 

@@ -47,6 +47,7 @@ def _alive(pid: int) -> bool:
         return stat.read().split()[2] != "Z"
 
 
+@pytest.mark.serial  # timed: stopped within the timeout and the grace
 @pytest.mark.parametrize("behaviour", ["stops", "hung"])
 def test_stopping_standalone_ends_every_process_it_started(behaviour: str) -> None:
     standalone = subprocess.Popen(

@@ -91,6 +91,7 @@ def test_a_database_nobody_listens_on_fails_before_migrating(tmp_path: Path) -> 
     assert not settings.airflow_home.exists()  # nothing was migrated
 
 
+@pytest.mark.serial  # timed: the refusal within 5 s
 def test_a_server_that_never_answers_fails_within_the_timeout() -> None:
     with socket.socket() as silent:  # accepts connections (the kernel's backlog), answers nothing
         silent.bind(("127.0.0.1", 0))

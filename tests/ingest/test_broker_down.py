@@ -16,7 +16,8 @@ from ingest.app import create_app
 from tally.services import free_port, start_broker
 from tally.topics import ensure_topics
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# serial: the refusals are timed against the delivery timeout: alone on the machine.
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.serial]
 
 
 def _batch(prefix: str, size: int = 5) -> dict[str, object]:

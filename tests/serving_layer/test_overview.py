@@ -214,6 +214,7 @@ def test_lag_is_what_the_topic_holds_beyond_what_the_counter_counted(
     assert answer["degraded"] == []
 
 
+@pytest.mark.serial  # the answer is timed (under 3 s with the broker away)
 def test_a_broker_away_gives_null_lag_and_says_so(settings: Settings, redis_client: redis.Redis) -> None:
     away = settings.model_copy(update={"kafka_bootstrap": f"127.0.0.1:{free_port()}"})
     e = Events(settings.bucket_ms, prefix="away")

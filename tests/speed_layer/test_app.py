@@ -19,6 +19,7 @@ from tests.speed_layer.helpers import Traffic, speed_counts
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.serial  # the agent has 5 s (100 looks 0.05 s apart) to count every batch
 async def test_counter_agent_counts_what_it_is_given(
     settings: Settings, redis_client: redis.Redis, tmp_path: Path
 ) -> None:

@@ -11,7 +11,8 @@ import pytest
 from bench import soak
 from bench.soak_checks import counts_equal
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+# serial: 45 s of load at a set rate, faults at set moments: alone on the machine.
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.serial]
 
 
 def test_short_soak_counts_every_acknowledged_event_once(tmp_path: Path) -> None:

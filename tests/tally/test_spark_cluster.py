@@ -158,6 +158,7 @@ def _rows(path: Path) -> list[dict[str, object]]:
     return table.drop_columns([c for c in ("run_id",) if c in table.column_names]).to_pylist()
 
 
+@pytest.mark.serial  # timed: the failure within 5 s
 def test_an_unreachable_master_fails_at_once_naming_the_setting(tmp_path: Path) -> None:
     port = free_port()  # nothing listens there
     settings = _settings(tmp_path / "data", f"spark://127.0.0.1:{port}")
