@@ -4,21 +4,39 @@ from __future__ import annotations
 
 import io
 import logging
+from collections.abc import Iterator
 
 import pytest
 
 from counting import logs
 
+# The loggers the tests write to. Another test's set-up in the same process may have given one a
+# handler of its own and cut it off from the root: Airflow's logging sends `uvicorn.error` to its
+# handler, not up, once Airflow is imported (the DAG tests, run before these on an xdist worker).
+LOGGERS = ("tally.test", "uvicorn.error")
+
 
 @pytest.fixture
-def lines() -> io.StringIO:
+def lines() -> Iterator[io.StringIO]:
+    """`logs.configure` on a stream, the loggers written to as in a process of their own (no
+    handlers, propagating to the root); everything restored after."""
     stream = io.StringIO()
     root = logging.getLogger()
     saved, level = root.handlers[:], root.level
+    named = [logging.getLogger(name) for name in LOGGERS]
+    states = [(logger.handlers[:], logger.propagate, logger.level) for logger in named]
+    for logger in named:
+        logger.handlers.clear()
+        logger.propagate = True
+        logger.setLevel(logging.NOTSET)
     logs.configure("ingest", "INFO", stream)
     yield stream
     root.handlers[:] = saved
     root.setLevel(level)
+    for logger, (handlers, propagate, own_level) in zip(named, states, strict=True):
+        logger.handlers[:] = handlers
+        logger.propagate = propagate
+        logger.setLevel(own_level)
 
 
 def test_a_fact_is_one_line_with_the_leading_fields_then_its_own(lines: io.StringIO) -> None:
