@@ -7,6 +7,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -26,6 +27,26 @@ def pytest_configure(config: pytest.Config) -> None:
     main = sys.modules["__main__"]
     if os.environ.get("PYTEST_XDIST_WORKER") and main.__spec__ is None and not hasattr(main, "__file__"):
         main.__file__ = str(Path(pytest.__file__).with_name("__main__.py"))
+
+
+# The test files that share an expensive session fixture: `--dist loadfile` keeps them on one
+# worker, which builds it once (the serving layer's `history`: two Spark batches).
+_SHARED_SETUP = ("tests/serving_layer/",)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadfile`, each of the _SHARED_SETUP folders one unit of work instead of a file."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class _Scheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return next((folder for folder in _SHARED_SETUP if path.startswith(folder)), path)
+
+    return _Scheduling(config, log)
 
 
 def _worker_number() -> int:
