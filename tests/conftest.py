@@ -17,16 +17,30 @@ from counting.settings import Settings
 from tally.services import Service, free_port, free_ports, start_broker, start_redis
 from tally.stack import Stack, start_stack
 
+# The heap of the Spark JVMs an xdist worker and its children start (the driver's, in local mode).
+_WORKER_SPARK_DRIVER_MEMORY = "3g"
+
 
 def pytest_configure(config: pytest.Config) -> None:
-    """An xdist worker runs as `python -c`: its `__main__` has no file, which PySpark takes for a
-    doctest run (`pyspark.sql.connect.utils.check_dependencies` then exits the process when Spark
-    Connect's dependencies are missing, as here, on Great Expectations' import of it). Give it the
-    file a plain pytest run has, `pytest/__main__.py` (a `spawn` child runs it as `__mp_main__`:
-    nothing)."""
+    """On an xdist worker:
+
+    - It runs as `python -c`: its `__main__` has no file, which PySpark takes for a doctest run
+      (`pyspark.sql.connect.utils.check_dependencies` then exits the process when Spark Connect's
+      dependencies are missing, as here, on Great Expectations' import of it). Give it the file a
+      plain pytest run has, `pytest/__main__.py` (a `spawn` child runs it as `__mp_main__`: nothing).
+    - Each worker keeps a Spark JVM for its session. The local master's 12g
+      (`batch_layer.spark_conf`), with G1 marking the old generation only from 80 % of it, let one
+      grow past 7 GB: three workers' and the tests' other JVMs ran out of the machine's memory and
+      the kernel killed one. The tests' data is small: spark-submit's `--driver-memory`, given after
+      the session's settings, caps the heap (for the JVMs of the worker and of its children).
+    """
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
     main = sys.modules["__main__"]
-    if os.environ.get("PYTEST_XDIST_WORKER") and main.__spec__ is None and not hasattr(main, "__file__"):
+    if main.__spec__ is None and not hasattr(main, "__file__"):
         main.__file__ = str(Path(pytest.__file__).with_name("__main__.py"))
+    driver_memory = f"--driver-memory {_WORKER_SPARK_DRIVER_MEMORY} pyspark-shell"
+    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", driver_memory)
 
 
 # The test files that share an expensive session fixture: `--dist loadfile` keeps them on one
