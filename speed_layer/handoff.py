@@ -78,10 +78,13 @@ async def announce(client: aioredis.Redis, plans: dict[str, ShardPlan]) -> None:
 async def hand_off(client: aioredis.Redis, video: str, moved: dict[int, dict[str, bytes]]) -> None:
     """Write every partition's part of the hand-off, then mark it closed (a new owner of the home
     partition writes it all again: the same values)."""
-    for partition, entries in moved.items():
-        items = list(entries.items())
-        for start in range(0, len(items), CHUNK):
-            await client.hset(keys.handoff(video, partition), mapping=dict(items[start : start + CHUNK]))
+    async with client.pipeline(transaction=False) as pipe:  # one round trip for every part
+        for partition, entries in moved.items():
+            items = list(entries.items())
+            for start in range(0, len(items), CHUNK):
+                pipe.hset(keys.handoff(video, partition), mapping=dict(items[start : start + CHUNK]))
+        await pipe.execute()
+    # Closed only once every part is written (on a cluster the parts lie on other nodes).
     await client.set(keys.handoff_closed(video), "1")
 
 

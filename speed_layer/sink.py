@@ -136,6 +136,21 @@ def plan_sink(
     return SinkPlan(calls, of, sorted(videos), expiry)
 
 
+def merged(plans: list[SinkPlan]) -> SinkPlan:
+    """The sink plans of several partitions' entries as one (written in one pipeline, in order: a
+    video bucket two partitions changed ends with the later call's sum, its newest)."""
+    expiry: dict[int, int] = {}
+    for plan in plans:
+        for bucket, at in plan.views_expiry.items():
+            expiry[bucket] = max(at, expiry.get(bucket, at))
+    return SinkPlan(
+        [c for plan in plans for c in plan.calls],
+        [i for plan in plans for i in plan.items],
+        sorted({v for plan in plans for v in plan.videos}),
+        expiry,
+    )
+
+
 def _calls(
     items: list[tuple[str | None, str, bytes]], cluster: bool
 ) -> tuple[list[ScriptCall], list[list[str | None]]]:

@@ -41,7 +41,7 @@ from speed_layer.partition_store import ALREADY, FENCED, PartitionStore, encode
 from speed_layer.records import Record, by_partition, decode_record
 from speed_layer.redis_writer import WriteResult
 from speed_layer.regions import Publish, components_of
-from speed_layer.sink import SinkPlan, plan_sink, sink
+from speed_layer.sink import SinkPlan, merged, plan_sink, sink
 from speed_layer.state import PartitionState
 from speed_layer.state_plan import Commit, Owned, StatePlan
 from speed_layer.windows import ViewWindows
@@ -259,7 +259,9 @@ class StateCounter:
         commit.same_offset = commit.last_offset < commit.first_offset and state.changed
         if commit.last_offset < commit.first_offset and not commit.same_offset:
             return  # every record was committed before: nothing to do
-        commit.closing = state.closing(self._settings.delivery_timeout_ms)
+        due = state.closing(self._settings.delivery_timeout_ms)
+        commit.closing = [v for v in due if v not in owned.handing]
+        owned.handing.update(commit.closing)
         commit.entry = state.delta()
         plans: dict[str, list[int] | None] = commit.entry["plans"]  # type: ignore[assignment]
         commit.announce = {v: ShardPlan(p[0], p[1]) for v, p in plans.items() if p is not None and not p[2]}
@@ -321,7 +323,7 @@ class StateCounter:
             )
         )
         results = []
-        sunk_to: dict[int, int] = {}
+        committed: list[tuple[Commit, Owned | None, PartitionState]] = []
         for commit, (status, value) in zip(commits, answers, strict=True):
             fenced = status == FENCED
             owned = self.owned.get(commit.partition)
@@ -329,13 +331,7 @@ class StateCounter:
                 if owned is not None and owned.generation == commit.generation:
                     del self.owned[commit.partition]  # another worker owns it now
             elif status != ALREADY:
-                state = owned.state if owned is not None else self._new_state()
-                sunk = self._plan_sink(commit.entry, state, commit.partition)
-                await self._retry(lambda sunk=sunk: sink(self._client, sunk))  # type: ignore[misc]
-                await self._published(commit.entry, state, commit.partition)
-                sunk_to[commit.partition] = commit.last_offset
-                if owned is not None:
-                    await self._hand_over(owned, commit)
+                committed.append((commit, owned, owned.state if owned is not None else self._new_state()))
             results.append(
                 WriteResult(
                     self._settings.events_topic,
@@ -348,6 +344,15 @@ class StateCounter:
                     fenced,
                 )
             )
+        # Every committed partition's counts in one pipeline (one round trip, not one a partition).
+        if committed:
+            sunk = merged([self._plan_sink(c.entry, state, c.partition) for c, _, state in committed])
+            await self._retry(lambda: sink(self._client, sunk))
+        for commit, owned, state in committed:
+            await self._published(commit.entry, state, commit.partition)
+            if owned is not None:
+                await self._hand_over(owned, commit)
+        sunk_to = {c.partition: c.last_offset for c, _, _ in committed}
         if sunk_to:
             await self._retry(lambda: self._store.mark_sunk(sunk_to))
         for c in plan.commits:
@@ -399,6 +404,7 @@ class StateCounter:
             moved = moved_entries(owned.state, video, shards, self._settings.topic_partitions)
             await self._retry(lambda v=video, m=moved: hand_off(self._client, v, m))  # type: ignore[misc]
             owned.state.close(video)
+            owned.handing.discard(video)
             logs.info(
                 "handoff_written",
                 video=video,

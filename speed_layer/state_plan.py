@@ -64,3 +64,6 @@ class Owned:
     generation: int
     log_bytes: int = 0
     snapshot_bytes: int = 0
+    # Videos whose hand-off a planned commit will write: a batch planned while that commit is being
+    # written does not write it again.
+    handing: set[str] = field(default_factory=set)

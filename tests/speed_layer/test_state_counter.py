@@ -295,12 +295,13 @@ def _route(
 
 
 async def _move_a_hot_video(
-    hot: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
+    hot: Settings, aclient: aioredis.Redis, redis_client: redis.Redis, pipelined: bool = False
 ) -> tuple[list[Event], list[Record]]:
     """A video gets hot at its home partition, which plans its shards; the viewers that move take
     their retries, windows, first buckets and reactions to their new partition (another worker),
     whose events wait there until the home hands their state over. Returns the events and every
-    record, as counted."""
+    record, as counted. `pipelined`: the home plans its next batch (a view of another video it is
+    the home of) before the batch that hands the video off is written, as `count_stream` does."""
     partitions = hot.topic_partitions
     home = home_of("viral", partitions)
     now = [0.0]
@@ -341,7 +342,20 @@ async def _move_a_hot_video(
     now[0] = plan.active_from / 1000
     held = await elsewhere.handle(away)  # before the home handed anything over: they wait
     assert held.applied == 0
-    await at_home.handle([r for r in moved if r.partition == home])  # past the grace: the hand-off
+    closing = [r for r in moved if r.partition == home]  # past the grace: the hand-off
+    if pipelined:
+        calm = next(f"calm{i}" for i in range(1_000) if home_of(f"calm{i}", partitions) == home)
+        extra = traffic.view(calm, "someone")
+        moved.append(Record(hot.events_topic, home, offsets[home], encode_events([extra])))
+        offsets[home] += 1
+        before.append(extra)
+        await at_home.prepare(closing)
+        first = at_home.plan(closing)
+        second = at_home.plan(moved[-1:])  # planned while the first is not written yet
+        await at_home.write(first)
+        await at_home.write(second)
+    else:
+        await at_home.handle(closing)
     assert redis_client.exists(keys.handoff_closed("viral"))
     await elsewhere.handle([])  # takes over, applies what waited, commits it
     return before + after, records + moved
@@ -351,13 +365,27 @@ def _first_ingest(record: Record) -> int:
     return min(e.ingest_ts or 0 for e in Traffic.decode(record))
 
 
+@pytest.mark.parametrize("pipelined", [False, True], ids=["one-batch-at-a-time", "next-planned-first"])
 async def test_viewers_moving_to_a_hot_videos_shards_are_counted_exactly(
-    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
+    settings: Settings,
+    aclient: aioredis.Redis,
+    redis_client: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+    pipelined: bool,
 ) -> None:
     hot = settings.model_copy(
         update={"topic_partitions": 4, "hot_video_events_per_sec": 20, "max_video_shards": 8}
     )
-    events, _ = await _move_a_hot_video(hot, aclient, redis_client)
+    written: list[str] = []
+    real_hand_off = state_counter.hand_off
+
+    async def hand_off(client: aioredis.Redis, video: str, moved: dict[int, dict[str, bytes]]) -> None:
+        written.append(video)
+        await real_hand_off(client, video, moved)
+
+    monkeypatch.setattr(state_counter, "hand_off", hand_off)
+    events, _ = await _move_a_hot_video(hot, aclient, redis_client, pipelined)
+    assert written == ["viral"]  # once, though the next batch was planned before it was written
     _at_every_edge(redis_client, hot, events)
     restored = await _worker(hot, aclient, hot.topic_partitions)
     assert all(not owned.state.pending for owned in restored.owned.values())
