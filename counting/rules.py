@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from hashlib import blake2b
 
 from counting.event import Event
@@ -59,6 +60,7 @@ def viewer_of(event: Event) -> str:
     return f"{ANON_VIEWER_PREFIX}{event.session_id}"
 
 
+@lru_cache(maxsize=1 << 17)  # the hash costs about 1 µs, a hit 0.1: a viewer's events come close together
 def viewer_digest(viewer: str) -> str:
     """What the unique-viewer sets and sketches hold for a viewer: 8 bytes of BLAKE2b in hex (even
     spread for the HyperLogLog, a few bytes per viewer in the exact set)."""
