@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -105,6 +106,7 @@ def counter_run(settings: Settings, records: list[tuple[int, bytes, bytes]], eve
         )
     try:
         names = [keys.counter_offset(settings.events_topic, p, settings.counter_state) for p in sorted(ends)]
+        client.config_resetstat()  # the commands' figures below are this run's
         memory_before = int(client.info("memory")["used_memory"])
         first: float | None = None
         first_done = 0
@@ -130,6 +132,8 @@ def counter_run(settings: Settings, records: list[tuple[int, bytes, bytes]], eve
         counter_cpu = cpu_seconds(process.pid) - cpu_start[0]
         redis_cpu = redis_cpu_seconds(client) - cpu_start[1]
         memory = int(client.info("memory")["used_memory"]) - memory_before
+        commands = client.info("commandstats")
+        by_kind = memory_by_kind(client)
     finally:
         stop_process(process, 30)
         client.close()
@@ -150,7 +154,27 @@ def counter_run(settings: Settings, records: list[tuple[int, bytes, bytes]], eve
         "counter_cpu_us_per_event": round(counter_cpu / counted * 1e6, 2),
         "redis_cpu_us_per_event": round(redis_cpu / counted * 1e6, 2),
         "redis_bytes_per_event": round(memory / events, 1),
+        # Where Redis spends them: each command's CPU (a script's commands also count inside the
+        # script's own figure) and each kind of key's memory, an event.
+        "redis_cpu_us_per_event_by_command": {
+            name.removeprefix("cmdstat_"): round(int(stat["usec"]) / counted, 3)
+            for name, stat in sorted(commands.items(), key=lambda kv: -int(kv[1]["usec"]))
+            if int(stat["usec"]) / counted >= 0.01
+        },
+        "redis_bytes_per_event_by_key": {
+            kind: round(size / events, 1) for kind, size in by_kind.items() if size / events >= 0.01
+        },
     }
+
+
+def memory_by_kind(client: redis.Redis) -> dict[str, int]:
+    """Redis memory by kind of key, largest first: a key's hash tag and numbers made generic
+    (`tally:{v0001}:hll:29000000` is `tally:{}:hll:N`)."""
+    sizes: dict[str, int] = {}
+    for key in client.scan_iter(count=5_000):
+        kind = re.sub(r"\d+", "N", re.sub(r"\{[^}]*\}", "{}", key.decode(errors="replace")))
+        sizes[kind] = sizes.get(kind, 0) + int(client.memory_usage(key, samples=0) or 0)
+    return dict(sorted(sizes.items(), key=lambda kv: -kv[1]))
 
 
 def restore_seconds(settings: Settings, partitions: list[int]) -> dict[str, float]:
