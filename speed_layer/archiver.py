@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from operator import attrgetter
 from pathlib import Path
 from typing import BinaryIO
 
@@ -18,6 +19,7 @@ import pyarrow.parquet as pq
 from counting.event import Event
 from counting.logschema import DICTIONARY_COLUMNS, EVENT_COLUMNS, LOG_COLUMNS
 from counting.regions import accepted_here
+from counting.rules import HOUR_MS
 from speed_layer import logs
 from speed_layer.errors import PoisonRecord
 from speed_layer.records import Record, by_partition, decode_record
@@ -26,6 +28,7 @@ _ARROW_TYPES = {"string": pa.string(), "int64": pa.int64(), "double": pa.float64
 SCHEMA = pa.schema([pa.field(name, _ARROW_TYPES[kind]) for name, kind in LOG_COLUMNS])
 _NAME_RE = re.compile(r"^(?P<topic>.+)-p(?P<partition>\d+)-(?P<first>\d+)-(?P<last>\d+)\.parquet$")
 _TMP_SUFFIX = ".tmp"
+_log_fields = attrgetter(*EVENT_COLUMNS)
 
 
 def file_name(topic: str, partition: int, first: int, last: int) -> str:
@@ -140,7 +143,9 @@ class ParquetLog:
         return report
 
     def _write_partition(self, partition: int, records: list[Record], report: ArchiveReport) -> None:
-        rows: dict[Path, list[tuple[Event, int]]] = {}
+        # By hour of ingestion (a record's events share one ingestion time): its directory is made
+        # once an hour, not once an event.
+        hours: dict[int, list[tuple[Event, int]]] = {}
         for record in records:
             try:
                 events = decode_record(record.value)
@@ -158,7 +163,8 @@ class ParquetLog:
                 assert event.ingest_ts is not None
                 if self.region is not None and not accepted_here(event, self.region):
                     continue
-                rows.setdefault(hour_dir(self.raw_dir, event.ingest_ts), []).append((event, record.offset))
+                hours.setdefault(event.ingest_ts // HOUR_MS, []).append((event, record.offset))
+        rows = {hour_dir(self.raw_dir, hour * HOUR_MS): pairs for hour, pairs in hours.items()}
         name = file_name(self.topic, partition, records[0].offset, records[-1].offset)
         staged: list[tuple[Path, Path]] = []
         for directory, pairs in sorted(rows.items()):
@@ -179,12 +185,11 @@ class ParquetLog:
 
 def table_of(events: list[tuple[Event, int]], partition: int) -> pa.Table:
     """The log rows of (event, offset) pairs of one partition, in the log's column order."""
-    columns: dict[str, list[object]] = {name: [] for name in EVENT_COLUMNS}
-    for event, _ in events:
-        for name in EVENT_COLUMNS:
-            columns[name].append(getattr(event, name))
-    data: dict[str, list[object]] = {
-        **columns,
+    # Each event's fields in one call, then transposed: a column per field.
+    fields = [_log_fields(event) for event, _ in events]
+    columns = zip(*fields, strict=True) if fields else ([] for _ in EVENT_COLUMNS)
+    data: dict[str, object] = {
+        **dict(zip(EVENT_COLUMNS, columns, strict=True)),
         "kafka_partition": [partition] * len(events),
         "kafka_offset": [offset for _, offset in events],
     }
