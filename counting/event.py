@@ -97,6 +97,23 @@ def check_video_id(video_id: str) -> None:
     _valid_video_ids.add(video_id)
 
 
+# A dotted-quad IPv4 address as `ipaddress` accepts one (0-255, no leading zero, ASCII digits): one
+# match instead of its parse (about 3 µs an event on the ingest path); anything else is asked of it.
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_IPV4 = re.compile(rf"(?:{_OCTET}\.){{3}}{_OCTET}")
+
+
+def is_ip_address(text: str) -> bool:
+    """Whether `text` is an IPv4 or IPv6 address (`ipaddress.ip_address` accepts it)."""
+    if _IPV4.fullmatch(text):
+        return True
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
 def check_rules(event: Event, now_ms: int) -> None:
     """Cross-field and clock rules that a schema cannot say; raise InvalidEvent naming the field."""
     check_video_id(event.video_id)
@@ -113,11 +130,8 @@ def check_rules(event: Event, now_ms: int) -> None:
         raise InvalidEvent("ts", f"more than 24 h in the future (got {event.ts}, now {now_ms})")
     if event.ts < now_ms - MAX_AGE_MS:
         raise InvalidEvent("ts", f"older than 30 days (got {event.ts}, now {now_ms})")
-    if event.ip is not None:
-        try:
-            ipaddress.ip_address(event.ip)
-        except ValueError:
-            raise InvalidEvent("ip", f"not an IPv4 or IPv6 address (got {event.ip!r})") from None
+    if event.ip is not None and not is_ip_address(event.ip):
+        raise InvalidEvent("ip", f"not an IPv4 or IPv6 address (got {event.ip!r})")
     if event.ingest_ts is not None:
         raise InvalidEvent("ingest_ts", "set by the server; leave it out")
     if event.region is not None:

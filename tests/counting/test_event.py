@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import string
 from typing import Any
 
@@ -21,6 +22,7 @@ from counting.event import (
     SESSION_TYPES,
     Event,
     event_from_dict,
+    is_ip_address,
     is_valid_video_id,
     parse_batch,
     parse_event,
@@ -220,6 +222,38 @@ def test_any_ip_address_is_accepted(address, make_event, now_ms):
 @pytest.mark.parametrize("bad", ["", "1.2.3", "256.1.1.1", "1.2.3.4.5", "::g", "localhost", "1.2.3.4/24"])
 def test_a_bad_ip_is_named(bad, make_event, now_ms):
     assert _field_error(make_event(ip=bad), now_ms) == "ip"
+
+
+def _ipaddress_accepts(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+DOTTED = st.lists(
+    st.one_of(
+        st.integers(0, 300).map(str),
+        st.text("0123456789", max_size=4),
+        st.sampled_from(["٣", "", " 1", "+1"]),
+    ),
+    min_size=3,
+    max_size=5,
+).map(".".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=st.one_of(DOTTED, st.ip_addresses().map(str), st.text(max_size=20)))
+@example(text="01.2.3.4")  # a leading zero
+@example(text="1.2.3.٣")  # a digit that is not ASCII
+@example(text="1.2.3.4\n")
+@example(text="255.255.255.255")
+@example(text="256.0.0.0")
+@example(text="fe80::1%eth0")
+def test_the_ip_check_accepts_what_ipaddress_accepts(text: str) -> None:
+    """The dotted-quad fast path of `is_ip_address` agrees with `ipaddress` on every string."""
+    assert is_ip_address(text) == _ipaddress_accepts(text)
 
 
 def test_the_client_may_not_set_ingest_ts(make_event, now_ms):
