@@ -120,9 +120,12 @@ class ShardCounts:
         return {video: self._cache.get(video, (ONE_SHARD, 0.0))[0] for video in videos}
 
     async def _get_each(self, names: list[str]) -> list[bytes | None]:
-        """GET of each key in one round trip (not MGET: on a Redis Cluster the videos' keys lie in
-        different slots, and a pipeline sends each GET to the node of its slot)."""
+        """The keys' values in one round trip: one MGET on a single Redis (a pipeline of GETs costs
+        the client about eight times the CPU a key); on a Redis Cluster, where the videos' keys lie in
+        different slots, a pipeline sends each GET to the node of its slot."""
         assert self._client is not None
+        if not isinstance(self._client, aioredis.RedisCluster):
+            return cast(list[bytes | None], await self._client.mget(names))
         async with self._client.pipeline(transaction=False) as pipe:
             for name in names:
                 pipe.get(name)

@@ -136,7 +136,7 @@ async def test_reactions_latest_wins_and_survive_a_script_flush(
 
 
 class _CountingRedis:
-    """An asyncio Redis whose reads (one pipeline each) are counted."""
+    """An asyncio Redis whose reads (one pipeline or MGET each) are counted."""
 
     def __init__(self, client: aioredis.Redis) -> None:
         self.client = client
@@ -145,6 +145,10 @@ class _CountingRedis:
     def pipeline(self, transaction: bool = True) -> Any:
         self.reads += 1
         return self.client.pipeline(transaction=transaction)
+
+    async def mget(self, names: list[str]) -> list[bytes | None]:
+        self.reads += 1
+        return await self.client.mget(names)  # type: ignore[no-any-return]
 
     async def aclose(self) -> None:
         await self.client.aclose()
