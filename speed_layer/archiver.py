@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from counting.event import Event
 from counting.logschema import DICTIONARY_COLUMNS, EVENT_COLUMNS, LOG_COLUMNS
 from counting.regions import accepted_here
-from counting.rules import HOUR_MS
+from counting.rules import HOUR_MS, hour_of
 from speed_layer import logs
 from speed_layer.errors import PoisonRecord
 from speed_layer.records import Record, by_partition, decode_record
@@ -163,7 +163,7 @@ class ParquetLog:
                 assert event.ingest_ts is not None
                 if self.region is not None and not accepted_here(event, self.region):
                     continue
-                hours.setdefault(event.ingest_ts // HOUR_MS, []).append((event, record.offset))
+                hours.setdefault(hour_of(event.ingest_ts), []).append((event, record.offset))
         rows = {hour_dir(self.raw_dir, hour * HOUR_MS): pairs for hour, pairs in hours.items()}
         name = file_name(self.topic, partition, records[0].offset, records[-1].offset)
         staged: list[tuple[Path, Path]] = []
