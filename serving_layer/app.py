@@ -40,16 +40,24 @@ from serving_layer.stats import REDIS_ERRORS, Answer, StatsReader, now_ms
 from serving_layer.trends import trends_router
 
 STATIC = Path(__file__).parent / "static"
+HOT_VIDEOS_EVERY_S = 5.0
 
 
-async def _refresh_hot_videos(settings: Settings, redis: Redis, reader: StatsReader) -> None:
-    """Trending videos get a tighter staleness bound: refresh the set every few seconds."""
-    while True:
+async def _refresh_hot_videos(
+    settings: Settings, redis: Redis, reader: StatsReader, stop: asyncio.Event
+) -> None:
+    """Trending videos get a tighter staleness bound: refresh the set every few seconds, until `stop`.
+
+    The loop ends on `stop` as well as on cancellation: a cancel that meets the Redis client's own
+    socket timeout can come out of redis-py as its TimeoutError, which the loop survives, and a loop
+    that only ends when cancelled would then hold the app's shutdown for ever (seen in CI)."""
+    while not stop.is_set():
         bucket = now_ms() // settings.bucket_ms
         with suppress(*REDIS_ERRORS):
             top = await top_videos(redis, bucket - 1, bucket, 50)
             reader.hot_videos = frozenset(v for v, _ in top)
-        await asyncio.sleep(5)
+        with suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), HOT_VIDEOS_EVERY_S)
 
 
 def _lifespan(
@@ -59,8 +67,10 @@ def _lifespan(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        refresher = asyncio.create_task(_refresh_hot_videos(settings, redis, reader))
+        stop = asyncio.Event()
+        refresher = asyncio.create_task(_refresh_hot_videos(settings, redis, reader, stop))
         yield
+        stop.set()
         refresher.cancel()
         with suppress(asyncio.CancelledError):
             await refresher
