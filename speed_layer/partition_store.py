@@ -6,7 +6,7 @@ back into a `PartitionState`."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import redis.asyncio as aioredis
@@ -14,11 +14,13 @@ import zstandard
 
 from counting import keys
 from counting.redisconn import eval_each
-from speed_layer.state import PartitionState
+from counting.values import UnknownLayout
+from speed_layer.state import Entry, PartitionState
 
 LUA = Path(__file__).with_name("commit.lua").read_text()
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(dict[str, Any])
+_entry_decoder = msgspec.msgpack.Decoder(Entry)
 
 COMMITTED, ALREADY, FENCED = 1, 0, -1
 
@@ -41,6 +43,16 @@ def encode(entry: dict[str, object]) -> bytes:
 
 def decode(raw: bytes) -> dict[str, Any]:
     return _decoder.decode(_decompress(raw) if raw.startswith(_ZSTD_MAGIC) else raw)
+
+
+def decode_entry(raw: bytes, what: str) -> Entry:
+    """A changelog entry or snapshot, typed as `state.Entry` (decoded straight into the tables'
+    values: about three times faster than plain msgpack, which restoring is mostly made of)."""
+    plain = _decompress(raw) if raw.startswith(_ZSTD_MAGIC) else raw
+    try:
+        return _entry_decoder.decode(plain)
+    except msgspec.ValidationError as exc:
+        raise UnknownLayout(what, plain, f"state.Entry: {exc}") from None
 
 
 def _keys(topic: str, partition: int) -> tuple[str, str, str, str, str]:
@@ -82,14 +94,14 @@ class PartitionStore:
             pipe.get(sketches)
             raw_snapshot, raw_entries, raw_sketches = await pipe.execute()
         if raw_snapshot is not None:
-            state.load(decode(raw_snapshot))
-        last = None
+            state.load(decode_entry(raw_snapshot, f"the snapshot of partition {partition}"))
+        last: Entry | None = None
         for raw in raw_entries:
-            last = decode(raw)
+            last = decode_entry(raw, f"a changelog entry of partition {partition}")
             state.load(last)
         if last is not None and raw_sketches is not None:
             last["sketches"] = decode(raw_sketches)
-        return last
+        return cast(dict[str, Any] | None, last)
 
     async def mark_sunk(self, offsets: dict[int, int]) -> None:
         """Record, per partition, the last offset whose counts reached the read keys (what readers

@@ -26,7 +26,7 @@ its outcome to its own bucket, as the oracle's first-copy order says.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import msgspec
 
@@ -59,6 +59,27 @@ _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder()
 _LIKED, _DISLIKED = rules.LIKED, rules.DISLIKED
 _TUPLES = frozenset({"seen", "windows"})
+
+
+class Entry(TypedDict):
+    """A changelog entry's (or a snapshot's) layout, as `delta` and `snapshot` make it and restoring
+    decodes it (markers and windows straight into the tuples the tables keep); None: dropped."""
+
+    offset: int
+    newest: int
+    seen: dict[str, tuple[int, str, int] | None]
+    windows: dict[str, tuple[int, str] | None]
+    firsts: dict[str, int | None]
+    reactions: dict[str, list[list[Any]] | None]
+    counts: dict[str, dict[str, int] | None]
+    platform: dict[str, dict[str, int] | None]
+    beats: dict[str, int | None]
+    leaves: dict[str, int | None]
+    plans: dict[str, list[int] | None]
+    imported: dict[str, int | None]
+    pending: dict[str, list[bytes] | None]
+    sketches: NotRequired[dict[str, list[str]]]  # stored beside the changelog, for its last entry only
+    forward: NotRequired[list[Any]]
 
 
 @dataclass
@@ -370,21 +391,38 @@ class PartitionState:
             entry[table] = dict(getattr(self, table))
         return entry
 
-    def load(self, entry: dict[str, object]) -> None:
-        """Upsert a snapshot's or a changelog entry's values (restore)."""
-        self.offset = max(self.offset, int(entry["offset"]))  # type: ignore[call-overload]
-        self.newest_ingest = max(self.newest_ingest, int(entry["newest"]))  # type: ignore[call-overload]
+    def load(self, entry: Entry) -> None:
+        """Upsert a snapshot's or a changelog entry's values (restore); a table without drops is
+        taken in one update (a snapshot's tables all are)."""
+        self.offset = max(self.offset, entry["offset"])
+        self.newest_ingest = max(self.newest_ingest, entry["newest"])
         for table in TABLES:
             values = getattr(self, table)
-            for key, value in entry[table].items():  # type: ignore[attr-defined]
-                if value is None:
-                    values.pop(key, None)
-                else:
-                    values[key] = _as_kept(table, value)
-        self.viewers_of = {}
-        for key in self.firsts:
-            video = key.rpartition(SEP)[0]
-            self.viewers_of[video] = self.viewers_of.get(video, 0) + 1
+            changed: dict[str, Any] = entry[table]  # type: ignore[literal-required]
+            if table == "firsts":
+                self._load_firsts(changed)
+            elif None in changed.values():
+                for key, value in changed.items():
+                    if value is None:
+                        values.pop(key, None)
+                    else:
+                        values[key] = value
+            else:
+                values.update(changed)
+
+    def _load_firsts(self, changed: dict[str, int | None]) -> None:
+        """Upsert viewers' first buckets, keeping each video's count of exact viewers."""
+        firsts, viewers_of = self.firsts, self.viewers_of
+        for key, value in changed.items():
+            if value is None:
+                if firsts.pop(key, None) is not None:
+                    video = key.rpartition(SEP)[0]
+                    viewers_of[video] -= 1
+            else:
+                if key not in firsts:
+                    video = key.rpartition(SEP)[0]
+                    viewers_of[video] = viewers_of.get(video, 0) + 1
+                firsts[key] = value
 
     def trim(self) -> None:
         """Drop what is older than the retry horizon (markers, windows, presence) or the retention
@@ -401,7 +439,8 @@ class PartitionState:
 
 
 def _as_kept(table: str, value: Any) -> Any:
-    """A decoded value as the table keeps it: markers and windows as tuples (msgpack gives lists)."""
+    """A handed-over value as the table keeps it: markers and windows as tuples (msgpack gives
+    lists)."""
     return tuple(value) if table in _TUPLES else value
 
 

@@ -9,6 +9,7 @@ import asyncio
 import random
 from collections.abc import Callable
 
+import msgspec
 import pytest
 import redis
 import redis.asyncio as aioredis
@@ -17,7 +18,7 @@ import zstandard
 from counting import keys, oracle, rules
 from counting.event import Event
 from counting.settings import Settings
-from counting.values import ShardPlan, decode_shard_plan
+from counting.values import ShardPlan, UnknownLayout, decode_shard_plan
 from counting.wire import encode_events, partition_for, record_key
 from ingest.publisher import shard_for
 from serving_layer.speed import read_speed
@@ -211,6 +212,23 @@ async def test_a_restored_state_equals_the_state_it_was_built_from(
         assert theirs.offset == mine.offset
         for table in TABLES:
             assert getattr(theirs, table) == getattr(mine, table), table
+        assert theirs.viewers_of == mine.viewers_of
+        assert all(type(v) is tuple for v in [*theirs.seen.values(), *theirs.windows.values()])
+
+
+async def test_a_snapshot_of_another_layout_is_refused_naming_the_partition(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(state_counter, "MIN_LOG_BYTES", 3_000)
+    await _count(settings, aclient, pack(Traffic(seed=45).mixed(n=600), PARTITIONS))
+    snapshot = keys.partition_state(settings.events_topic, 0, "snapshot")
+    stored = msgspec.msgpack.decode(zstandard.ZstdDecompressor().decompress(redis_client.get(snapshot)))
+    # The first layout (09066bb) kept a marker as [ingest_ts, verdict], without the viewer's route.
+    stored["seen"] = {marker: value[:2] for marker, value in stored["seen"].items()}
+    redis_client.set(snapshot, msgspec.msgpack.encode(stored))
+
+    with pytest.raises(UnknownLayout, match=r"the snapshot of partition 0 .*\$\.seen"):
+        await _worker(settings, aclient)
 
 
 async def test_a_state_stored_plain_by_an_earlier_version_restores(
