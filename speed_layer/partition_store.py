@@ -41,6 +41,16 @@ def encode(entry: dict[str, object]) -> bytes:
     return _compress(_encoder.encode(entry))
 
 
+def packed(entry: dict[str, object]) -> bytes:
+    """An entry in msgpack, to `compress` later (a snapshot: off the event loop)."""
+    return _encoder.encode(entry)
+
+
+def compress(raw: bytes) -> bytes:
+    """What `encode` stores of a `packed` entry (Zstandard releases the GIL while it compresses)."""
+    return _compress(raw)
+
+
 def decode(raw: bytes) -> dict[str, Any]:
     return _decoder.decode(_decompress(raw) if raw.startswith(_ZSTD_MAGIC) else raw)
 

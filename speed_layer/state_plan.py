@@ -28,7 +28,8 @@ class Commit:
     skipped: int = 0
     held: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
-    snapshot: bytes | None = None
+    snapshot: bytes | None = None  # msgpack when planned; compressed by the write
+    snapshot_compressed: bool = False
     encoded: bytes = b""
     sketches: bytes = b""
     same_offset: bool = False  # no new record, but changes (a hand-off taken over, a plan)

@@ -216,6 +216,21 @@ async def test_a_restored_state_equals_the_state_it_was_built_from(
         assert all(type(v) is tuple for v in [*theirs.seen.values(), *theirs.windows.values()])
 
 
+async def test_a_snapshot_is_stored_compressed_and_the_next_is_due_by_its_stored_size(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(state_counter, "MIN_LOG_BYTES", 3_000)
+    worker = await _count(settings, aclient, pack(Traffic(seed=47).mixed(n=600), PARTITIONS))
+    snapshots = 0
+    for partition, owned in worker.owned.items():
+        stored = redis_client.get(keys.partition_state(settings.events_topic, partition, "snapshot"))
+        if stored is not None:
+            snapshots += 1
+            assert stored.startswith(b"\x28\xb5\x2f\xfd")  # Zstandard's frame
+            assert owned.snapshot_bytes == len(stored)  # compared with the changelog's stored bytes
+    assert snapshots > 0
+
+
 async def test_a_snapshot_of_another_layout_is_refused_naming_the_partition(
     settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
