@@ -38,7 +38,7 @@ _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 def encode(entry: dict[str, object]) -> bytes:
-    return _compress(_encoder.encode(entry))
+    return compress(packed(entry))
 
 
 def packed(entry: dict[str, object]) -> bytes:

@@ -309,9 +309,8 @@ class StateCounter:
         started = time.perf_counter()
         commits: list[Commit] = [c for c in plan.commits if c.due]
         for c in commits:
-            if c.snapshot is not None and not c.snapshot_compressed:
+            if c.snapshot is not None:
                 c.snapshot = await asyncio.to_thread(compress, c.snapshot)
-                c.snapshot_compressed = True
                 if (owned := self.owned.get(c.partition)) is not None:
                     owned.snapshot_bytes = len(c.snapshot)
         answers = await self._retry(

@@ -28,8 +28,7 @@ class Commit:
     skipped: int = 0
     held: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
-    snapshot: bytes | None = None  # msgpack when planned; compressed by the write
-    snapshot_compressed: bool = False
+    snapshot: bytes | None = None  # msgpack when planned; compressed by the write (once: one write a plan)
     encoded: bytes = b""
     sketches: bytes = b""
     same_offset: bool = False  # no new record, but changes (a hand-off taken over, a plan)
