@@ -1,5 +1,5 @@
-"""Fixtures of the speed-layer tests: worker subprocesses that are stopped when the test ends, and an
-asyncio Redis client on the test's Redis."""
+"""Fixtures of the speed-layer tests: worker subprocesses that are stopped when the test ends, an
+asyncio Redis client on the test's Redis, and the tests' settings on a single Redis or a Redis Cluster."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
+from counting.redisconn import sync_client
 from counting.settings import Settings
-from tests.speed_layer.helpers import ROOT, WorkerProcess, worker_env
+from tests.speed_layer.helpers import ROOT, OnRedis, WorkerProcess, worker_env
 
 
 @pytest.fixture
@@ -46,3 +47,18 @@ async def aclient(redis_client: redis.Redis, redis_url: str) -> AsyncIterator[ai
     client = aioredis.Redis.from_url(redis_url)
     yield client
     await client.aclose()
+
+
+@pytest.fixture(params=["redis", "redis-cluster"])
+def on_redis(request: pytest.FixtureRequest, redis_client: redis.Redis, redis_url: str) -> Iterator[OnRedis]:
+    """The test once on the session's single Redis and once on its local 3-master Redis Cluster
+    (started on first use), each flushed before and after."""
+    if request.param == "redis":
+        yield OnRedis(redis_url, False, redis_client)
+        return
+    url = request.getfixturevalue("redis_cluster_url")
+    on = OnRedis(url, True, sync_client(Settings(redis_url=url, redis_cluster=True)))
+    on.client.flushall()
+    yield on
+    on.client.flushall()
+    on.client.close()

@@ -17,6 +17,7 @@ from confluent_kafka import Producer
 from counting import bots, keys, rules
 from counting.event import Event
 from counting.oracle import VideoCounts
+from counting.redisconn import SyncRedis
 from counting.settings import Settings
 from counting.wire import decode_events, encode_events, partition_for, record_key
 from ingest.publisher import shard_of
@@ -213,6 +214,19 @@ def produce_events(
 
 def worker_env(settings: Settings) -> dict[str, str]:
     return settings_env(settings)
+
+
+@dataclass(frozen=True)
+class OnRedis:
+    """One kind of Redis for a test: its URL, whether it is a Redis Cluster, and a blocking client."""
+
+    url: str
+    cluster: bool
+    client: SyncRedis
+
+    def apply(self, settings: Settings) -> Settings:
+        """`settings` pointed at this Redis."""
+        return settings.model_copy(update={"redis_url": self.url, "redis_cluster": self.cluster})
 
 
 @dataclass

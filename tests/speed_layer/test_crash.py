@@ -1,5 +1,6 @@
 """Workers killed with SIGKILL at random moments and restarted on the same consumer group: the
-counter's counts still equal the oracle exactly, and the Parquet log holds every event once."""
+counter's counts still equal the oracle exactly (the state counter's on a single Redis and on a Redis
+Cluster), and the Parquet log holds every event once."""
 
 from __future__ import annotations
 
@@ -17,7 +18,14 @@ from counting import keys, oracle
 from counting.event import Event
 from counting.settings import Settings
 from tally.topics import ensure_topics
-from tests.speed_layer.helpers import Traffic, WorkerProcess, produce_events, speed_counts, wait_until
+from tests.speed_layer.helpers import (
+    OnRedis,
+    Traffic,
+    WorkerProcess,
+    produce_events,
+    speed_counts,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -88,11 +96,16 @@ def _run_with_kills(
     return events, worker, records
 
 
-@pytest.mark.parametrize("counter_state", ["redis", "worker"])
+@pytest.mark.parametrize(
+    ("counter_state", "on_redis"),
+    [("redis", "redis"), ("worker", "redis"), ("worker", "redis-cluster")],
+    indirect=["on_redis"],
+)
 def test_counter_killed_at_random_moments_counts_exactly_once(
-    crash_settings: Settings, redis_client: redis.Redis, start_worker: StartWorker, counter_state: str
+    crash_settings: Settings, on_redis: OnRedis, start_worker: StartWorker, counter_state: str
 ) -> None:
-    settings = crash_settings.model_copy(update={"counter_state": counter_state})
+    settings = on_redis.apply(crash_settings).model_copy(update={"counter_state": counter_state})
+    redis_client = on_redis.client
     events, worker, records = _run_with_kills(
         lambda: start_worker("counter", settings, *SESSION),
         settings,

@@ -1,7 +1,7 @@
 """A rebalance mid-stream with the counter's state in the worker, on a real broker: a second counter
 joins while records are in flight, then leaves while records are in flight; the counts equal the
 oracle, the partitions that moved were claimed by each new owner in turn, and their old owners'
-commits are refused (fenced out)."""
+commits are refused (fenced out); on a single Redis and on a Redis Cluster."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ import asyncio
 
 import pytest
 import redis
-import redis.asyncio as aioredis
 
 from counting import keys, oracle
 from counting.event import Event
+from counting.redisconn import async_client
 from counting.settings import Settings
 from speed_layer.partition_store import FENCED, PartitionStore
 from tally.topics import ensure_topics
-from tests.speed_layer.helpers import Traffic, produce_events, speed_counts, wait_until
+from tests.speed_layer.helpers import OnRedis, Traffic, produce_events, speed_counts, wait_until
 from tests.speed_layer.test_crash import SESSION, StartWorker, _stored
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -29,9 +29,9 @@ def _generations(client: redis.Redis, settings: Settings) -> dict[int, int]:
     return {p: int(client.get(keys.counter_owner(topic, p, "worker")) or 0) for p in range(PARTITIONS)}
 
 
-async def _commit_as(settings: Settings, redis_url: str, partition: int, generation: int) -> int:
+async def _commit_as(settings: Settings, partition: int, generation: int) -> int:
     """Try a commit of an empty entry as the owner of `generation` would; answer its status."""
-    client = aioredis.Redis.from_url(redis_url)
+    client = async_client(settings)
     try:
         store = PartitionStore(client, settings.events_topic)
         [(status, _)] = await store.commit([(partition, generation, 10**9, b"\x80", b"\x80", False, None)])
@@ -41,9 +41,10 @@ async def _commit_as(settings: Settings, redis_url: str, partition: int, generat
 
 
 def test_a_counter_joining_then_leaving_mid_stream_counts_exactly_once(
-    settings: Settings, broker: str, redis_client: redis.Redis, redis_url: str, start_worker: StartWorker
+    settings: Settings, broker: str, on_redis: OnRedis, start_worker: StartWorker
 ) -> None:
-    settings = settings.model_copy(
+    redis_client = on_redis.client
+    settings = on_redis.apply(settings).model_copy(
         update={
             "kafka_bootstrap": broker,
             "topic_partitions": PARTITIONS,
@@ -93,5 +94,5 @@ def test_a_counter_joining_then_leaving_mid_stream_counts_exactly_once(
     assert {video: speed_counts(redis_client, video) for video in expected} == expected
     for partition in moved:  # neither earlier owner of a moved partition can commit any more
         for generation in (1, 2):
-            assert asyncio.run(_commit_as(settings, redis_url, partition, generation)) == FENCED
+            assert asyncio.run(_commit_as(settings, partition, generation)) == FENCED
     assert first.stop() == 0

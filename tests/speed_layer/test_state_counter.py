@@ -1,7 +1,7 @@
 """The counter with its state in the worker, against a real Redis (and a real Redis Cluster): the
 read keys it sinks equal the oracle at every bucket edge, replays and kills at any moment (between
 the commit and the sink too) lose and double nothing, a restore gives back the state, and a
-partition's old owner is fenced out."""
+partition's old owner is fenced out (the kills and the fencing on both kinds of Redis)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import zstandard
 
 from counting import keys, oracle, rules
 from counting.event import Event
+from counting.redisconn import async_client
 from counting.settings import Settings
 from counting.values import ShardPlan, UnknownLayout, decode_shard_plan
 from counting.wire import encode_events, partition_for, record_key
@@ -29,7 +30,7 @@ from speed_layer.rebuild import rebuild
 from speed_layer.records import Record
 from speed_layer.state import TABLES
 from speed_layer.state_counter import StateCounter
-from tests.speed_layer.helpers import Traffic, no_dead_letters, pack, speed_counts
+from tests.speed_layer.helpers import OnRedis, Traffic, no_dead_letters, pack, speed_counts
 
 pytestmark = pytest.mark.integration
 
@@ -148,6 +149,17 @@ class Killed(Exception):
 
 
 async def test_workers_killed_at_random_moments_lose_and_double_nothing(
+    settings: Settings, on_redis: OnRedis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings, redis_client = on_redis.apply(settings), on_redis.client
+    aclient = async_client(settings)
+    try:
+        await _kill_at_random_moments(settings, aclient, redis_client, monkeypatch)
+    finally:
+        await aclient.aclose()
+
+
+async def _kill_at_random_moments(
     settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Clean traffic: a new owner starts with empty bot windows (the batch corrects what they miss).
@@ -271,7 +283,16 @@ async def test_a_state_stored_plain_by_an_earlier_version_restores(
             assert getattr(theirs, table) == getattr(mine, table), table
 
 
-async def test_a_partitions_old_owner_is_fenced_out(
+async def test_a_partitions_old_owner_is_fenced_out(settings: Settings, on_redis: OnRedis) -> None:
+    settings, redis_client = on_redis.apply(settings), on_redis.client
+    aclient = async_client(settings)
+    try:
+        await _fence_out_an_old_owner(settings, aclient, redis_client)
+    finally:
+        await aclient.aclose()
+
+
+async def _fence_out_an_old_owner(
     settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
 ) -> None:
     events = Traffic(seed=45).mixed(n=300)
