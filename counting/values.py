@@ -70,9 +70,13 @@ def decode_acknowledged(raw: bytes | str) -> Reaction:
 
 
 def encode_history(history: list[Reaction]) -> bytes:
-    """The reactions hash value the counter keeps per user (written by its script in `cmsgpack`;
-    this encoder is the same layout, for Python writers such as migrations)."""
-    return _history_encoder.encode([[r.ts, r.event_id, r.state, r.bucket] for r in history])
+    """The reactions hash value the counter keeps per user."""
+    return encode_history_rows([[r.ts, r.event_id, r.state, r.bucket] for r in history])
+
+
+def encode_history_rows(rows: list[list[object]]) -> bytes:
+    """`encode_history` of rows [ts, event_id, state, bucket] (as the counter's state keeps them)."""
+    return _history_encoder.encode(rows)
 
 
 def decode_history(raw: bytes) -> list[Reaction]:

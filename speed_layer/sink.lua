@@ -1,18 +1,16 @@
 -- The counts of one partition for some videos (and the platform) reach their read keys
--- (speed_layer/sink.py builds the argument). Every value is absolute: the partition's part of a
--- bucket is stored with the offset it is as of, and the bucket's sums move by the difference with
--- the part stored before. A part as of an offset no later than the stored one changes nothing, so a
--- replay, or a late write of a worker that lost the partition, is harmless. On a Redis Cluster a
--- call holds one video (or the platform), and every key carries the tag of KEYS[1]; on a single
--- Redis a call holds many: one script call instead of one per video.
+-- (speed_layer/sink.py builds the argument; the per-event writes, sketches, reactions and presence,
+-- it sends as plain commands). Every value is absolute: the partition's part of a bucket is stored
+-- with the offset it is as of, and the bucket's sums move by the difference with the part stored
+-- before. A part as of an offset no later than the stored one changes nothing, so a replay, or a late
+-- write of a worker that lost the partition, is harmless. On a Redis Cluster a call holds one video
+-- (or the platform), and every key carries the tag of KEYS[1]; on a single Redis a call holds many:
+-- one script call instead of one per video.
 -- ARGV[1], msgpack: a list of items, each one video's (or the platform's):
---   {part, offset, buckets, index, viewers, limit, firsts, sketches, reactions_key,
---   reactions, presence_key, present, absent, trim_below, global_prefix} (keys '' when unused)
+--   {part, offset, buckets, index, viewers, limit, firsts, global_prefix} (keys '' when unused)
 --   buckets: {{counts_key, parts_key, bucket, expire_at, {field = value}}}
---   firsts: {digest, first bucket, digest, first bucket, ...} (flat, as HSET takes them);
---   sketches: {{sketch_key, expire_at, {digest}}}; reactions: {{user, history}}
---   (`values.decode_history` reads the packed history); present: {ingest_ts, session, ...} (flat,
---   as ZADD takes them); absent: {session}
+--   firsts: {digest, first bucket, digest, first bucket, ...} (flat, as HSET takes them): sent here
+--   with several regions, or once the video's hash is full (the Python side writes them otherwise)
 -- Answers, per item, the `views` sum after the write of each bucket whose views moved (for
 -- trending): {{bucket, views, ...}, ...}.
 local call = redis.call
@@ -65,7 +63,7 @@ local function sink(s)
   -- HyperLogLog under the same key. With several regions (global_prefix: the bucket hashes' prefix)
   -- the hash keeps each viewer's earliest first bucket of any region, and each bucket's `g_uniques`
   -- counts the viewers whose earliest it is (a viewer of two regions counts once).
-  local viewers, firsts, global = s[5], s[7], s[15]
+  local viewers, firsts, global = s[5], s[7], s[8]
   local function fold_when_full()
     if call('HLEN', viewers) >= s[6] then
       local members = call('HKEYS', viewers)
@@ -95,18 +93,6 @@ local function sink(s)
       fold_when_full()
     end
   end
-  for _, sketch in ipairs(s[8]) do
-    variadic('PFADD', sketch[1], sketch[3])
-    call('PEXPIREAT', sketch[1], sketch[2])
-  end
-  for _, r in ipairs(s[10]) do call('HSET', s[9], r[1], cmsgpack.pack(r[2])) end
-
-  -- Presence: the sessions watching (their newest heartbeat is after their newest leave) and those
-  -- that left; `rules.is_watching` is decided in Python.
-  local presence = s[11]
-  if #s[12] > 0 then variadic('ZADD', presence, s[12], 'GT') end
-  if #s[13] > 0 then variadic('ZREM', presence, s[13]) end
-  if s[14] > 0 then call('ZREMRANGEBYSCORE', presence, '-inf', '(' .. string.format('%d', s[14])) end
 
   return answer
 end

@@ -1,21 +1,28 @@
-"""The counts of a committed micro-batch reach the video-keyed read keys (`sink.lua`): per video, the
-partition's absolute values of each bucket it changed, the viewers whose first bucket it set, the
-bucket sketches' new digests, the pairs' reaction histories and the sessions' presence; then the
-platform's buckets, trending and the videos index. Every write is idempotent, so the same entry may
-be sunk again (after a restore) and loses or doubles nothing."""
+"""The counts of a committed micro-batch reach the video-keyed read keys: per video, the partition's
+absolute values of each bucket it changed (`sink.lua`, which moves the buckets' sums by the
+difference with this partition's part stored before), then in one pipeline of plain commands the
+viewers whose first bucket it set, the bucket sketches' new digests, the pairs' reaction histories,
+the sessions' presence, the platform's trending and the videos index. Every write is idempotent, so
+the same entry may be sunk again (after a restore) and loses or doubles nothing.
+
+The per-event writes (viewers, sketches, reactions, presence) are plain commands, not script work:
+Redis runs a script's commands through Lua (the argument unpacked, each element made a Lua value,
+then a Redis one), which cost it about twice the CPU of the same command sent as a command
+(`bench/RESULTS-speed.md`); the counter's worker spends the difference, and workers scale out where
+Redis does not."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
-import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
 
-from counting import keys, rules
-from counting.redisconn import ScriptCall, eval_each
+from counting import keys, rules, values
+from counting.redisconn import AsyncRedis, ScriptCall, eval_each
 from speed_layer.counter import PRESENCE_KEEP_MS
 from speed_layer.plan import EXACT_VIEWERS_LIMIT
 from speed_layer.state import SEP, PartitionState
@@ -25,15 +32,15 @@ _encoder = msgspec.msgpack.Encoder()
 
 
 class _Video:
-    """What one video's sink call writes."""
+    """What one video's sink writes."""
 
     __slots__ = ("absent", "buckets", "firsts", "newest_beat", "present", "reactions", "sketches")
 
     def __init__(self) -> None:
         self.buckets: list[list[object]] = []
         self.firsts: list[object] = []  # digest, first bucket, digest, ... (flat: HSET's arguments)
-        self.sketches: list[list[object]] = []
-        self.reactions: list[list[object]] = []
+        self.sketches: list[tuple[str, int, list[str]]] = []
+        self.reactions: list[object] = []  # user, packed history, ... (flat: HSET's arguments)
         self.present: list[object] = []  # ingest time, session, ... (flat: ZADD's arguments)
         self.absent: list[str] = []
         self.newest_beat = 0
@@ -42,17 +49,22 @@ class _Video:
 # On a single Redis, one script call carries the items of many videos, up to about this many bytes
 # (a call runs alone in Redis: a bounded one keeps readers waiting little).
 CALL_BYTES = 256 << 10
+# A plain command: its name and arguments.
+Command = tuple[object, ...]
 
 
 @dataclass(frozen=True)
 class SinkPlan:
-    """The script calls of one committed entry, the video of each item of each call (None: the
-    platform's item), and what else it writes."""
+    """The script calls of one committed entry and the video of each item of each call (None: the
+    platform's item); the plain commands that follow them; each video's viewers (its viewers key
+    and the flat digest, first bucket pairs) with the items that would write them by script."""
 
     calls: list[ScriptCall]
     items: list[list[str | None]]
     videos: list[str]
     views_expiry: dict[int, int]
+    commands: list[Command] = field(default_factory=list)
+    viewers: list[tuple[str, list[object], bytes]] = field(default_factory=list)
 
 
 def plan_sink(
@@ -64,10 +76,11 @@ def plan_sink(
     regions: bool = False,
     cluster: bool = True,
 ) -> SinkPlan:
-    """The sink's calls for a changelog entry of `state` (its presence entries are read from the
-    state, whose newest values they are); with `regions`, the viewers' first buckets are kept the
-    earliest of any region, with each bucket's `g_uniques` (decision 0006). On a `cluster`, one
-    call a video (its keys share its slot); on a single Redis, few calls carry every video."""
+    """The sink's calls and commands for a changelog entry of `state` (its presence entries are read
+    from the state, whose newest values they are); with `regions`, the viewers' first buckets are
+    kept the earliest of any region, with each bucket's `g_uniques` (decision 0006), by the script.
+    On a `cluster`, one call a video (its keys share its slot); on a single Redis, few calls carry
+    every video."""
     offset = int(entry["offset"])  # type: ignore[call-overload]
     bucket_ms = state.bucket_ms
     videos: dict[str, _Video] = defaultdict(_Video)
@@ -88,11 +101,11 @@ def plan_sink(
     for key, digests in _items(entry, "sketches"):
         video, _, bucket = key.rpartition(SEP)
         b = int(bucket)
-        videos[video].sketches.append([keys.viewers_sketch(video, b), expire_at(b), digests])
+        videos[video].sketches.append((keys.viewers_sketch(video, b), expire_at(b), digests))  # type: ignore[arg-type]
     for key, history in _items(entry, "reactions"):
         video, _, user = key.partition(SEP)
-        if history:  # the script packs it: `values.decode_history` reads it
-            videos[video].reactions.append([user, history])
+        if history:
+            videos[video].reactions += (user, values.encode_history_rows(history))  # type: ignore[arg-type]
     sessions = {k for table in ("beats", "leaves") for k, _ in _items(entry, table)}
     for key in sorted(sessions):
         video, _, session = key.partition(SEP)
@@ -104,36 +117,46 @@ def plan_sink(
         else:
             target.absent.append(session)
     items: list[tuple[str | None, str, bytes]] = []  # video, its key, the encoded item
+    commands: list[Command] = []
+    viewers: list[tuple[str, list[object], bytes]] = []
     for video in sorted(videos):
         v = videos[video]
-        arg = [
-            part,
-            offset,
-            v.buckets,
-            keys.buckets_index(video),
-            keys.viewers(video),
-            EXACT_VIEWERS_LIMIT,
-            v.firsts,
-            v.sketches,
-            keys.reactions(video),
-            v.reactions,
-            keys.presence(video),
-            v.present,
-            v.absent,
-            v.newest_beat - PRESENCE_KEEP_MS if v.newest_beat else 0,
-            keys.bucket_counts(video, 0).removesuffix("0") if regions else "",
-        ]
-        items.append((video, keys.buckets_index(video), _encoder.encode(arg)))
+        by_script = v.firsts if regions else []
+        if v.buckets or by_script:
+            prefix = keys.bucket_counts(video, 0).removesuffix("0") if regions else ""
+            arg = [
+                part,
+                offset,
+                v.buckets,
+                keys.buckets_index(video),
+                keys.viewers(video),
+                EXACT_VIEWERS_LIMIT,
+            ]
+            items.append((video, keys.buckets_index(video), _encoder.encode([*arg, by_script, prefix])))
+        if v.firsts and not regions:  # by command; by script too once the video's hash is full
+            arg = [part, offset, [], "", keys.viewers(video), EXACT_VIEWERS_LIMIT, v.firsts, ""]
+            viewers.append((keys.viewers(video), v.firsts, _encoder.encode(arg)))
+        for sketch, expire, digests in v.sketches:
+            commands += [("PFADD", sketch, *digests), ("PEXPIREAT", sketch, expire)]
+        if v.reactions:
+            commands.append(("HSET", keys.reactions(video), *v.reactions))
+        presence = keys.presence(video)
+        if v.present:
+            commands.append(("ZADD", presence, "GT", *v.present))
+        if v.absent:
+            commands.append(("ZREM", presence, *v.absent))
+        if v.newest_beat > PRESENCE_KEEP_MS:  # the sessions whose newest heartbeat is too old
+            commands.append(("ZREMRANGEBYSCORE", presence, "-inf", f"({v.newest_beat - PRESENCE_KEEP_MS}"))
     platform = [
         [keys.platform(int(b)), keys.platform_parts(int(b)), int(b), expire_at(int(b)), fields or {}]
         for b, fields in _items(entry, "platform")
     ]
     if platform:
-        arg = [part, offset, platform, "", "", 0, [], [], "", [], "", [], [], 0, ""]
+        arg = [part, offset, platform, "", "", 0, [], ""]
         items.append((None, keys.platform(int(platform[0][2])), _encoder.encode(arg)))  # type: ignore[call-overload]
     calls, of = _calls(items, cluster)
     expiry = {int(b[2]): int(b[3]) for v in videos.values() for b in v.buckets}  # type: ignore[call-overload]
-    return SinkPlan(calls, of, sorted(videos), expiry)
+    return SinkPlan(calls, of, sorted(videos), expiry, commands, viewers)
 
 
 def merged(plans: list[SinkPlan]) -> SinkPlan:
@@ -148,6 +171,8 @@ def merged(plans: list[SinkPlan]) -> SinkPlan:
         [i for plan in plans for i in plan.items],
         sorted({v for plan in plans for v in plan.videos}),
         expiry,
+        [c for plan in plans for c in plan.commands],
+        [v for plan in plans for v in plan.viewers],
     )
 
 
@@ -170,16 +195,22 @@ def _calls(
     return calls, of
 
 
-async def sink(client: aioredis.Redis, plan: SinkPlan) -> None:
-    """Write a sink plan: the script calls (pipelined), then each changed bucket's views into
-    trending and the videos into the index."""
-    if not plan.calls:
+async def sink(client: AsyncRedis, plan: SinkPlan) -> None:
+    """Write a sink plan: the script calls (pipelined), then in one pipeline the plain commands, the
+    viewers (HSET, then HLEN), each changed bucket's views into trending and the videos into the
+    index; last, by script, the viewers of a video whose hash is full (folded into a HyperLogLog)."""
+    if not (plan.calls or plan.commands or plan.viewers):
         return
-    answers = await eval_each(client, LUA, plan.calls)
+    answers = await eval_each(client, LUA, plan.calls) if plan.calls else []
     for answer in answers:
         if isinstance(answer, Exception):
             raise answer
     async with client.pipeline(transaction=False) as pipe:
+        for command in plan.commands:
+            pipe.execute_command(*command)
+        for key, firsts, _ in plan.viewers:
+            pipe.execute_command("HSET", key, *firsts)
+            pipe.execute_command("HLEN", key)
         trending: dict[int, dict[str, int]] = defaultdict(dict)
         for videos, answer in zip(plan.items, answers, strict=True):
             for video, moved in zip(videos, answer, strict=True):
@@ -196,7 +227,28 @@ async def sink(client: aioredis.Redis, plan: SinkPlan) -> None:
                 pipe.zrem(keys.trending(bucket), *gone)
         if plan.videos:
             pipe.sadd(keys.videos_index(), *plan.videos)
-        await pipe.execute()
+        replies = await pipe.execute(raise_on_error=False)
+    done = len(plan.commands)
+    full = []
+    for n, (key, _, item) in enumerate(plan.viewers):
+        stored, size = replies[done + 2 * n], replies[done + 2 * n + 1]
+        if _wrong_type(stored) and _wrong_type(size):
+            replies[done + 2 * n] = replies[done + 2 * n + 1] = None
+            full.append((key, item))  # a HyperLogLog already: its digests go in by script
+        elif not isinstance(size, Exception) and size >= EXACT_VIEWERS_LIMIT:
+            full.append((key, item))  # a full hash: the script folds it into a HyperLogLog
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    if full:
+        calls, _ = _calls([(None, key, item) for key, item in full], cluster=True)
+        for answer in await eval_each(client, LUA, calls):
+            if isinstance(answer, Exception):
+                raise answer
+
+
+def _wrong_type(reply: object) -> bool:
+    return isinstance(reply, ResponseError) and str(reply).startswith("WRONGTYPE")
 
 
 def _items(entry: Mapping[str, object], table: str) -> list[tuple[str, object]]:

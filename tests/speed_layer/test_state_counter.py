@@ -26,6 +26,7 @@ from serving_layer.speed import read_speed
 from speed_layer import sink, state_counter
 from speed_layer.archiver import ParquetLog
 from speed_layer.handoff import home_of
+from speed_layer.plan import EXACT_VIEWERS_LIMIT
 from speed_layer.rebuild import rebuild
 from speed_layer.records import Record
 from speed_layer.state import TABLES
@@ -443,6 +444,42 @@ async def test_viewers_moving_to_a_hot_videos_shards_are_counted_exactly(
     _at_every_edge(redis_client, hot, events)
     restored = await _worker(hot, aclient, hot.topic_partitions)
     assert all(not owned.state.pending for owned in restored.owned.values())
+
+
+async def test_a_hot_videos_viewers_past_the_exact_limit_all_reach_its_sketch(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
+) -> None:
+    """A hot video's partitions share its exact viewer set; once the set holds EXACT_VIEWERS_LIMIT
+    viewers it is folded into a HyperLogLog, and the viewers the other partitions send after that
+    (their own exact counts are below the limit) go into the HyperLogLog too."""
+    hot = settings.model_copy(
+        update={"topic_partitions": 4, "hot_video_events_per_sec": 20, "max_video_shards": 8}
+    )
+    events, records = await _move_a_hot_video(hot, aclient, redis_client)
+    plan = decode_shard_plan(redis_client.get(keys.shards("viral")) or b"")
+    offsets: dict[int, int] = {}
+    for record in records:
+        offsets[record.partition] = max(offsets.get(record.partition, 0), record.offset + 1)
+    traffic = Traffic(seed=48, now_ms=max(e.ingest_ts or 0 for e in events) + 1, step_ms=0)
+    crowd = [traffic.view("viral", f"crowd{i}") for i in range(EXACT_VIEWERS_LIMIT + 2_500)]
+    queues: dict[int, list[Record]] = {}
+    for record in _route(hot.events_topic, crowd, plan, hot.topic_partitions, offsets):
+        queues.setdefault(record.partition, []).append(record)
+    assert len(queues) > 1
+    worker = await _worker(hot, aclient, hot.topic_partitions)
+    while any(queues.values()):  # the partitions take turns: each sends viewers after the fold
+        for partition, queue in queues.items():
+            await worker.handle(queue[:200])
+            queues[partition] = queue[200:]
+
+    assert redis_client.type(keys.viewers("viral")) == b"string"
+    assert all(
+        owned.state.viewers_of.get("viral", 0) < EXACT_VIEWERS_LIMIT for owned in worker.owned.values()
+    )
+    exact = oracle.count(events + crowd)["viral"].unique_viewers
+    served = await read_speed(aclient, "viral", 0, 0)
+    assert served.viewers_estimate is not None
+    assert abs(served.viewers_estimate - exact) <= 0.02 * exact, (served.viewers_estimate, exact)
 
 
 async def test_a_rebuild_reads_a_hot_videos_plan_from_the_log(
