@@ -8,6 +8,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any, cast
 
+import hiredis
 import redis
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError
@@ -28,11 +29,31 @@ def sync_client(settings: Settings, **options: Any) -> SyncRedis:
     return redis.Redis.from_url(settings.redis_url, **options)
 
 
+class HiredisPackedConnection(aioredis.Connection):
+    """redis-py's asyncio connection with its commands packed by hiredis, in C, as redis-py's
+    blocking client packs them when hiredis is installed (the asyncio one packs in Python: about
+    0.6 µs an argument against 0.12, which a sink write of thousands of viewers and sessions
+    pays per argument). What hiredis refuses (a bool, None) and command names of several words are
+    left to redis-py, which packs them or names the bad value as before."""
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        name = args[0]
+        if (b" " if isinstance(name, bytes) else " ") in name:
+            return super().pack_command(*args)
+        try:
+            return [hiredis.pack_command(args)]
+        except TypeError:
+            return super().pack_command(*args)
+
+
 def async_client(settings: Settings, **options: Any) -> AsyncRedis:
-    """An asyncio client of the configured Redis (`options` are redis-py's connection options)."""
+    """An asyncio client of the configured Redis (`options` are redis-py's connection options).
+    On a single Redis its commands are packed by hiredis (`HiredisPackedConnection`); redis-py's
+    asyncio cluster client builds its connections itself, with redis-py's own packing."""
     if settings.redis_cluster:
         cluster: Any = aioredis.RedisCluster.from_url(settings.redis_url, **options)
         return cluster  # type: ignore[no-any-return]
+    options.setdefault("connection_class", HiredisPackedConnection)
     return aioredis.Redis.from_url(settings.redis_url, **options)
 
 
