@@ -65,7 +65,10 @@ def _pass(client: redis.Redis, how: str, videos: list[tuple[list[object], list[o
     started = redis_cpu_seconds(client)
     for n, (firsts, present) in enumerate(videos):
         if how == "script":
-            script(keys=[f"v{n}", f"p{n}"], args=[msgspec.msgpack.encode(firsts), msgspec.msgpack.encode(present)])
+            script(
+                keys=[f"v{n}", f"p{n}"],
+                args=[msgspec.msgpack.encode(firsts), msgspec.msgpack.encode(present)],
+            )
         else:
             pipe = client.pipeline(transaction=False)
             pipe.execute_command("HSET", f"v{n}", *firsts)

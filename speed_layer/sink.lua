@@ -1,16 +1,19 @@
 -- The counts of one partition for some videos (and the platform) reach their read keys
--- (speed_layer/sink.py builds the argument; the per-event writes, sketches, reactions and presence,
--- it sends as plain commands). Every value is absolute: the partition's part of a bucket is stored
+-- (speed_layer/sink.py builds the argument; on a single Redis it sends the per-event writes,
+-- viewers, sketches, reactions and presence, as plain commands instead). Every value is absolute: the partition's part of a bucket is stored
 -- with the offset it is as of, and the bucket's sums move by the difference with the part stored
 -- before. A part as of an offset no later than the stored one changes nothing, so a replay, or a late
 -- write of a worker that lost the partition, is harmless. On a Redis Cluster a call holds one video
 -- (or the platform), and every key carries the tag of KEYS[1]; on a single Redis a call holds many:
 -- one script call instead of one per video.
 -- ARGV[1], msgpack: a list of items, each one video's (or the platform's):
---   {part, offset, buckets, index, viewers, limit, firsts, global_prefix} (keys '' when unused)
+--   {part, offset, buckets, index, viewers, limit, firsts, global_prefix, sketches, reactions_key,
+--   reactions, presence_key, present, absent, trim_below} (keys '' when unused)
 --   buckets: {{counts_key, parts_key, bucket, expire_at, {field = value}}}
---   firsts: {digest, first bucket, digest, first bucket, ...} (flat, as HSET takes them): sent here
---   with several regions, or once the video's hash is full (the Python side writes them otherwise)
+--   firsts: {digest, first bucket, digest, first bucket, ...} (flat, as HSET takes them)
+--   sketches: {{sketch_key, expire_at, {digest}}}; reactions: {user, history, ...} (flat; the
+--   script packs each history: `values.decode_history` reads it);
+--   present: {ingest_ts, session, ...} (flat, as ZADD takes them); absent: {session}
 -- Answers, per item, the `views` sum after the write of each bucket whose views moved (for
 -- trending): {{bucket, views, ...}, ...}.
 local call = redis.call
@@ -93,6 +96,19 @@ local function sink(s)
       fold_when_full()
     end
   end
+  for _, sketch in ipairs(s[9]) do
+    variadic('PFADD', sketch[1], sketch[3])
+    call('PEXPIREAT', sketch[1], sketch[2])
+  end
+  local reactions = s[11]
+  for i = 1, #reactions, 2 do call('HSET', s[10], reactions[i], cmsgpack.pack(reactions[i + 1])) end
+
+  -- Presence: the sessions watching (their newest heartbeat is after their newest leave) and those
+  -- that left; `rules.is_watching` is decided in Python.
+  local presence = s[12]
+  if #s[13] > 0 then variadic('ZADD', presence, s[13], 'GT') end
+  if #s[14] > 0 then variadic('ZREM', presence, s[14]) end
+  if s[15] > 0 then call('ZREMRANGEBYSCORE', presence, '-inf', '(' .. string.format('%d', s[15])) end
 
   return answer
 end

@@ -1,15 +1,18 @@
 """The counts of a committed micro-batch reach the video-keyed read keys: per video, the partition's
 absolute values of each bucket it changed (`sink.lua`, which moves the buckets' sums by the
-difference with this partition's part stored before), then in one pipeline of plain commands the
-viewers whose first bucket it set, the bucket sketches' new digests, the pairs' reaction histories,
-the sessions' presence, the platform's trending and the videos index. Every write is idempotent, so
-the same entry may be sunk again (after a restore) and loses or doubles nothing.
+difference with this partition's part stored before), the viewers whose first bucket it set, the
+bucket sketches' new digests, the pairs' reaction histories and the sessions' presence; then the
+platform's buckets, trending and the videos index. Every write is idempotent, so the same entry may
+be sunk again (after a restore) and loses or doubles nothing.
 
-The per-event writes (viewers, sketches, reactions, presence) are plain commands, not script work:
-Redis runs a script's commands through Lua (the argument unpacked, each element made a Lua value,
-then a Redis one), which cost it about twice the CPU of the same command sent as a command
-(`bench/RESULTS-speed.md`); the counter's worker spends the difference, and workers scale out where
-Redis does not."""
+A video's per-event writes (viewers, sketches, reactions, presence) go as plain commands on a
+single Redis when they are many (`PLAIN_COMMANDS_FROM` arguments or more), in its script call
+otherwise. Redis runs a script's commands through Lua (the argument unpacked, each element made a
+Lua value, then a Redis one), which costs it about twice the CPU of the same writes sent as commands
+(`python -m bench.script_or_commands`), and a single Redis is the one core every worker shares; but
+redis-py spends some 10 µs of the worker's CPU on each command's reply, which a few elements do not
+repay. On a Redis Cluster they stay in the script call: its pipeline costs the worker some 20 µs a
+command, and the cluster's Redis work is spread over its nodes."""
 
 from __future__ import annotations
 
@@ -40,7 +43,7 @@ class _Video:
         self.buckets: list[list[object]] = []
         self.firsts: list[object] = []  # digest, first bucket, digest, ... (flat: HSET's arguments)
         self.sketches: list[tuple[str, int, list[str]]] = []
-        self.reactions: list[object] = []  # user, packed history, ... (flat: HSET's arguments)
+        self.reactions: list[object] = []  # user, history rows, ... (flat)
         self.present: list[object] = []  # ingest time, session, ... (flat: ZADD's arguments)
         self.absent: list[str] = []
         self.newest_beat = 0
@@ -49,6 +52,10 @@ class _Video:
 # On a single Redis, one script call carries the items of many videos, up to about this many bytes
 # (a call runs alone in Redis: a bounded one keeps readers waiting little).
 CALL_BYTES = 256 << 10
+# On a single Redis, a video's per-event writes go as plain commands from this many arguments (its
+# viewers, digests, reactions and sessions), in its script call below: redis-py spends about 10 µs
+# of the worker's CPU on a command's reply, Redis about 0.5 µs more an argument in Lua.
+PLAIN_COMMANDS_FROM = 64
 # A plain command: its name and arguments.
 Command = tuple[object, ...]
 
@@ -105,7 +112,7 @@ def plan_sink(
     for key, history in _items(entry, "reactions"):
         video, _, user = key.partition(SEP)
         if history:
-            videos[video].reactions += (user, values.encode_history_rows(history))  # type: ignore[arg-type]
+            videos[video].reactions += (user, history)
     sessions = {k for table in ("beats", "leaves") for k, _ in _items(entry, table)}
     for key in sorted(sessions):
         video, _, session = key.partition(SEP)
@@ -121,8 +128,24 @@ def plan_sink(
     viewers: list[tuple[str, list[object], bytes]] = []
     for video in sorted(videos):
         v = videos[video]
-        by_script = v.firsts if regions else []
-        if v.buckets or by_script:
+        trim = v.newest_beat - PRESENCE_KEEP_MS if v.newest_beat > PRESENCE_KEEP_MS else 0
+        args = len(v.firsts) + len(v.reactions) + len(v.present) + len(v.absent)
+        args += sum(len(digests) for _, _, digests in v.sketches)
+        by_commands = not cluster and args >= PLAIN_COMMANDS_FROM
+        firsts = [] if by_commands and not regions else v.firsts
+        per_event = [
+            [[sketch, expire, digests] for sketch, expire, digests in v.sketches],
+            keys.reactions(video),
+            v.reactions,
+            keys.presence(video),
+            v.present,
+            v.absent,
+            trim,
+        ]
+        if by_commands:  # see the module's doc
+            commands += _commands(per_event)
+            per_event = _NONE
+        if v.buckets or firsts or per_event is not _NONE:
             prefix = keys.bucket_counts(video, 0).removesuffix("0") if regions else ""
             arg = [
                 part,
@@ -132,31 +155,44 @@ def plan_sink(
                 keys.viewers(video),
                 EXACT_VIEWERS_LIMIT,
             ]
-            items.append((video, keys.buckets_index(video), _encoder.encode([*arg, by_script, prefix])))
-        if v.firsts and not regions:  # by command; by script too once the video's hash is full
-            arg = [part, offset, [], "", keys.viewers(video), EXACT_VIEWERS_LIMIT, v.firsts, ""]
+            items.append(
+                (video, keys.buckets_index(video), _encoder.encode([*arg, firsts, prefix, *per_event]))
+            )
+        if v.firsts and not firsts:  # by command; by script too once the video's hash is full
+            arg = [part, offset, [], "", keys.viewers(video), EXACT_VIEWERS_LIMIT, v.firsts, "", *_NONE]
             viewers.append((keys.viewers(video), v.firsts, _encoder.encode(arg)))
-        for sketch, expire, digests in v.sketches:
-            commands += [("PFADD", sketch, *digests), ("PEXPIREAT", sketch, expire)]
-        if v.reactions:
-            commands.append(("HSET", keys.reactions(video), *v.reactions))
-        presence = keys.presence(video)
-        if v.present:
-            commands.append(("ZADD", presence, "GT", *v.present))
-        if v.absent:
-            commands.append(("ZREM", presence, *v.absent))
-        if v.newest_beat > PRESENCE_KEEP_MS:  # the sessions whose newest heartbeat is too old
-            commands.append(("ZREMRANGEBYSCORE", presence, "-inf", f"({v.newest_beat - PRESENCE_KEEP_MS}"))
     platform = [
         [keys.platform(int(b)), keys.platform_parts(int(b)), int(b), expire_at(int(b)), fields or {}]
         for b, fields in _items(entry, "platform")
     ]
     if platform:
-        arg = [part, offset, platform, "", "", 0, [], ""]
+        arg = [part, offset, platform, "", "", 0, [], "", *_NONE]
         items.append((None, keys.platform(int(platform[0][2])), _encoder.encode(arg)))  # type: ignore[call-overload]
     calls, of = _calls(items, cluster)
     expiry = {int(b[2]): int(b[3]) for v in videos.values() for b in v.buckets}  # type: ignore[call-overload]
     return SinkPlan(calls, of, sorted(videos), expiry, commands, viewers)
+
+
+_NONE = [[], "", [], "", [], [], 0]  # an item's per-event writes when it has none
+
+
+def _commands(per_event: list[object]) -> list[Command]:
+    """A video's per-event writes (an item's last seven fields) as plain commands."""
+    sketches, reactions_key, reactions, presence, present, absent, trim = per_event
+    commands: list[Command] = []
+    for sketch, expire, digests in sketches:  # type: ignore[attr-defined]
+        commands += [("PFADD", sketch, *digests), ("PEXPIREAT", sketch, expire)]
+    if reactions:  # packed here; the script packs them with cmsgpack (which takes no binary input)
+        flat: list[object] = list(reactions)  # type: ignore[call-overload]
+        flat[1::2] = [values.encode_history_rows(rows) for rows in flat[1::2]]  # type: ignore[arg-type]
+        commands.append(("HSET", reactions_key, *flat))
+    if present:
+        commands.append(("ZADD", presence, "GT", *present))  # type: ignore[misc]
+    if absent:
+        commands.append(("ZREM", presence, *absent))  # type: ignore[misc]
+    if trim:  # the sessions whose newest heartbeat is too old
+        commands.append(("ZREMRANGEBYSCORE", presence, "-inf", f"({trim}"))
+    return commands
 
 
 def merged(plans: list[SinkPlan]) -> SinkPlan:

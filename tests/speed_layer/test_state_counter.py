@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import Callable
 
 import msgspec
@@ -22,7 +23,8 @@ from counting.settings import Settings
 from counting.values import ShardPlan, UnknownLayout, decode_shard_plan
 from counting.wire import encode_events, partition_for, record_key
 from ingest.publisher import shard_for
-from serving_layer.speed import read_speed
+from serving_layer.reactions import read_user_reaction
+from serving_layer.speed import read_speed, unique_viewers_between
 from speed_layer import sink, state_counter
 from speed_layer.archiver import ParquetLog
 from speed_layer.handoff import home_of
@@ -82,15 +84,22 @@ def _out_of_order(records: list[Record], rng: random.Random) -> list[Record]:
 
 
 @pytest.mark.parametrize("call_bytes", [sink.CALL_BYTES, 1], ids=["many-videos-a-call", "one-video-a-call"])
+@pytest.mark.parametrize(
+    "plain_from", [sink.PLAIN_COMMANDS_FROM, 1, 10**9], ids=["plain-when-many", "all-plain", "all-by-script"]
+)
 async def test_counts_equal_the_oracle_at_every_bucket_edge(
     settings: Settings,
     aclient: aioredis.Redis,
     redis_client: redis.Redis,
     monkeypatch: pytest.MonkeyPatch,
     call_bytes: int,
+    plain_from: int,
 ) -> None:
     monkeypatch.setattr(sink, "CALL_BYTES", call_bytes)  # one video a call: as on a Redis Cluster
-    events = Traffic(seed=41, step_ms=40).mixed(n=700)
+    monkeypatch.setattr(sink, "PLAIN_COMMANDS_FROM", plain_from)  # a video's per-event writes
+    # From a bucket edge of now: the same events fall in the same buckets whenever the test runs.
+    edge = int(time.time() * 1000) // settings.bucket_ms * settings.bucket_ms
+    events = Traffic(seed=41, now_ms=edge, step_ms=40).mixed(n=700)
     assert len({e.event_id for e in events}) < len(events)  # retries present
     expected = oracle.count(events)
     assert sum(c.repeat_views for c in expected.values()) and sum(c.short_views for c in expected.values())
@@ -116,6 +125,25 @@ async def test_counts_equal_the_oracle_at_every_bucket_edge(
         keys.trending(rules.bucket_of(events[-1].ingest_ts or 0, settings.bucket_ms)), 0, -1
     )
     assert top, "the last bucket's views reached trending"
+    # What the per-event writes hold (by script or by plain command), as the serving layer reads it.
+    now = max(e.ingest_ts or 0 for e in events)
+    watching = oracle.watching_now(events, now)
+    assert watching
+    for v in expected:
+        assert (await read_speed(aclient, v, 0, now)).watching_now == watching.get(v, 0), v
+    liked = oracle.reactions(events)
+    assert liked
+    for (user, v), state in liked.items():
+        assert (await read_user_reaction(aclient, v, user))[0] == state, (user, v)
+    buckets = [rules.bucket_of(e.ingest_ts or 0, settings.bucket_ms) for e in events]
+    for v in expected:  # the bucket sketches hold the counted viewers: a sketch of those counts alike
+        digests = {
+            rules.viewer_digest(rules.viewer_of(e)) for e in oracle.counted_views(events) if e.video_id == v
+        }
+        redis_client.pfadd("test:expected", *digests)
+        alike = redis_client.pfcount("test:expected")
+        redis_client.delete("test:expected")
+        assert await unique_viewers_between(aclient, v, min(buckets), max(buckets)) == alike, v
 
 
 async def test_replayed_records_change_nothing(
