@@ -7,7 +7,7 @@ heartbeat session) each, in alternating passes: `script` (the elements msgpack-p
 argument, unpacked by `cmsgpack` and written by `redis.call` in chunks of 4,000, as `sink.lua`
 did) and `commands` (one HSET and one ZADD a video, pipelined). It reads Redis's own CPU time
 (`INFO cpu`) around each pass and prints Redis CPU per element pair (one HSET field and one ZADD
-member), the median of the passes; writes bench/results/script_or_commands.json.
+member), the median of the passes; writes bench/results/script_or_commands.json (or `--output`).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ return 1
 PASSES = ("script", "commands") * 3
 
 
-def _video(n: int, elements: int) -> tuple[list[object], list[object]]:
+def video(n: int, elements: int) -> tuple[list[object], list[object]]:
     """A video's viewers (digest, first bucket, ...) and sessions (heartbeat, session, ...)."""
     firsts: list[object] = []
     present: list[object] = []
@@ -58,7 +58,7 @@ def _video(n: int, elements: int) -> tuple[list[object], list[object]]:
     return firsts, present
 
 
-def _pass(client: redis.Redis, how: str, videos: list[tuple[list[object], list[object]]]) -> float:
+def write_pass(client: redis.Redis, how: str, videos: list[tuple[list[object], list[object]]]) -> float:
     """Write every video one way into an empty database; Redis's CPU seconds for it."""
     client.flushdb()
     script = client.register_script(LUA)
@@ -81,6 +81,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="python -m bench.script_or_commands", description=__doc__)
     parser.add_argument("--elements", type=int, default=5_000, help="viewers and sessions a video")
     parser.add_argument("--rounds", type=int, default=40, help="videos a pass")
+    parser.add_argument("--output", type=Path, default=RESULTS / "script_or_commands.json")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="tally-bench-") as tmp:
         server = start_redis(free_port(), Path(tmp))
@@ -89,8 +90,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             spent: dict[str, list[float]] = {"script": [], "commands": []}
             for how in PASSES:
                 print(f"{how}: {args.rounds} videos of {args.elements} viewers and sessions", file=sys.stderr)
-                videos = [_video(n, args.elements) for n in range(args.rounds)]
-                spent[how].append(_pass(client, how, videos))
+                videos = [video(n, args.elements) for n in range(args.rounds)]
+                spent[how].append(write_pass(client, how, videos))
         finally:
             client.close()
             server.stop()
@@ -107,8 +108,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "runs_redis_us_per_pair": per_pair,
         "machine": machine(),
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "script_or_commands.json").write_text(json.dumps(result, indent=2))
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result))
     return result
 
