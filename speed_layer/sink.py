@@ -52,6 +52,11 @@ class _Video:
 # On a single Redis, one script call carries the items of many videos, up to about this many bytes
 # (a call runs alone in Redis: a bounded one keeps readers waiting little).
 CALL_BYTES = 256 << 10
+# The viewer sets this process found folded into a HyperLogLog (or full): their viewers go by script
+# from then on, in the video's call, not by a command that Redis refuses (WRONGTYPE) and a second
+# round trip. Either way is correct (the script checks the key's type), so a stale entry only costs
+# a set that was deleted and made again its plain commands.
+FOLDED: set[str] = set()
 # On a single Redis, a video's per-event writes go as plain commands from this many arguments (its
 # viewers, digests, reactions and sessions), in its script call below: redis-py spends about 10 µs
 # of the worker's CPU on a command's reply, Redis about 0.5 µs more an argument in Lua.
@@ -132,7 +137,7 @@ def plan_sink(
         args = len(v.firsts) + len(v.reactions) + len(v.present) + len(v.absent)
         args += sum(len(digests) for _, _, digests in v.sketches)
         by_commands = not cluster and args >= PLAIN_COMMANDS_FROM
-        firsts = [] if by_commands and not regions else v.firsts
+        firsts = [] if by_commands and not regions and keys.viewers(video) not in FOLDED else v.firsts
         per_event = [
             [[sketch, expire, digests] for sketch, expire, digests in v.sketches],
             keys.reactions(video),
@@ -277,6 +282,7 @@ async def sink(client: AsyncRedis, plan: SinkPlan) -> None:
         if isinstance(reply, Exception):
             raise reply
     if full:
+        FOLDED.update(key for key, _ in full)
         calls, _ = _calls([(None, key, item) for key, item in full], cluster=True)
         for answer in await eval_each(client, LUA, calls):
             if isinstance(answer, Exception):

@@ -14,6 +14,7 @@ import redis.asyncio as aioredis
 
 from counting.redisconn import sync_client
 from counting.settings import Settings
+from speed_layer import sink
 from tests.speed_layer.helpers import ROOT, OnRedis, WorkerProcess, worker_env
 
 
@@ -62,3 +63,9 @@ def on_redis(request: pytest.FixtureRequest, redis_client: redis.Redis, redis_ur
     yield on
     on.client.flushall()
     on.client.close()
+
+
+@pytest.fixture(autouse=True)
+def _no_folded_viewer_sets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts without the viewer sets an earlier test's sink found folded."""
+    monkeypatch.setattr(sink, "FOLDED", set())

@@ -501,6 +501,7 @@ async def test_a_hot_videos_viewers_past_the_exact_limit_all_reach_its_sketch(
             queues[partition] = queue[200:]
 
     assert redis_client.type(keys.viewers("viral")) == b"string"
+    assert keys.viewers("viral") in sink.FOLDED  # its next viewers go by script, in one round trip
     assert all(
         owned.state.viewers_of.get("viral", 0) < EXACT_VIEWERS_LIMIT for owned in worker.owned.values()
     )
