@@ -19,7 +19,7 @@ from mode.types.signals import BaseSignalT
 from counting import redisconn
 from counting.regions import Exchange, encode_exchange
 from counting.settings import Settings
-from speed_layer import logs
+from speed_layer import heap, logs
 from speed_layer.archive_worker import ArchiveWorker
 from speed_layer.archiver import ParquetLog
 from speed_layer.counter_worker import Consumed, Counter, CounterWorker, count_stream
@@ -144,6 +144,7 @@ def create_counter_app(settings: Settings, options: WorkerOptions | None = None)
 
     worker: Counter
     if settings.counter_state == "worker":
+        heap.tune()  # this process holds the partitions' state
         worker = StateCounter(settings, client, send_dead_letter, publish=_publisher(app, settings))
     else:
         worker = CounterWorker(settings, client, send_dead_letter)

@@ -25,6 +25,7 @@ its outcome to its own bucket, as the oracle's first-copy order says.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypedDict
 
@@ -59,6 +60,8 @@ _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder()
 _LIKED, _DISLIKED = rules.LIKED, rules.DISLIKED
 _TUPLES = frozenset({"seen", "windows"})
+# A deciding reaction of a pair: (ts, event_id, state, bucket it was ingested in).
+Reaction = tuple[int, str, str, int]
 
 
 class Entry(TypedDict):
@@ -70,7 +73,7 @@ class Entry(TypedDict):
     seen: dict[str, tuple[int, str, int] | None]
     windows: dict[str, tuple[int, str] | None]
     firsts: dict[str, int | None]
-    reactions: dict[str, list[list[Any]] | None]
+    reactions: dict[str, tuple[Reaction, ...] | None]
     counts: dict[str, dict[str, int] | None]
     platform: dict[str, dict[str, int] | None]
     beats: dict[str, int | None]
@@ -106,7 +109,7 @@ class PartitionState:
         self.seen: dict[str, tuple[int, str, int]] = {}
         self.windows: dict[str, tuple[int, str]] = {}
         self.firsts: dict[str, int] = {}
-        self.reactions: dict[str, list[list[object]]] = {}
+        self.reactions: dict[str, tuple[Reaction, ...]] = {}
         self.counts: dict[str, dict[str, int]] = {}
         self.platform: dict[str, dict[str, int]] = {}
         self.beats: dict[str, int] = {}
@@ -261,33 +264,33 @@ class PartitionState:
         and orders both increasing, so a reaction applied out of ingestion order corrects the
         buckets it reaches."""
         key = video + SEP + user
-        old = self.reactions.get(key, [])
+        old = self.reactions.get(key, ())
         order = (ts, event_id)
-        new: list[list[object]] = []
+        new: list[Reaction] = []
         placed = False
         for e in old:
             at = e[3]
-            if (e[0], e[1]) == order and at <= bucket:  # type: ignore[operator]
+            if (e[0], e[1]) == order and at <= bucket:
                 return  # this reaction, applied already (as early or earlier)
-            if at <= bucket and order < (e[0], e[1]):  # type: ignore[operator]
+            if at <= bucket and order < (e[0], e[1]):
                 return  # a later reaction ingested no later: this one never decides a state
-            if at >= bucket and not order < (e[0], e[1]):  # type: ignore[operator]
+            if at >= bucket and not order < (e[0], e[1]):
                 continue  # this one is later (or the same, ingested earlier) and ingested no later
-            if at > bucket and not placed:  # type: ignore[operator]
-                new.append([ts, event_id, state, bucket])
+            if at > bucket and not placed:
+                new.append((ts, event_id, state, bucket))
                 placed = True
             new.append(e)
         if not placed:
-            new.append([ts, event_id, state, bucket])
+            new.append((ts, event_id, state, bucket))
         changes: dict[int, list[int]] = {}
         _state_changes(old, -1, changes)
         _state_changes(new, 1, changes)
         # Reactions ingested before the retention fold into the first one kept (their buckets expired).
         drop = 0
         floor = bucket - self.keep_buckets
-        while len(new) - drop > 1 and (int(new[drop + 1][3]) < floor or len(new) - drop > MAX_REACTIONS):  # type: ignore[call-overload]
+        while len(new) - drop > 1 and (int(new[drop + 1][3]) < floor or len(new) - drop > MAX_REACTIONS):
             drop += 1
-        self.reactions[key] = new[drop:]
+        self.reactions[key] = tuple(new[drop:])
         self.changes.keys["reactions"].add(key)
         for at, (likes, dislikes) in changes.items():
             if likes:
@@ -455,19 +458,21 @@ def _drop_front(entries: dict[str, tuple[Any, ...]], floor: int) -> None:
 
 
 def _as_kept(table: str, value: Any) -> Any:
-    """A handed-over value as the table keeps it: markers and windows as tuples (msgpack gives
-    lists)."""
+    """A handed-over value as the table keeps it: markers and windows as tuples, reaction
+    histories as tuples of tuples (msgpack gives lists)."""
+    if table == "reactions":
+        return tuple(tuple(row) for row in value)
     return tuple(value) if table in _TUPLES else value
 
 
-def _state_changes(entries: list[list[object]], sign: int, into: dict[int, list[int]]) -> None:
+def _state_changes(entries: Sequence[Reaction], sign: int, into: dict[int, list[int]]) -> None:
     """Add `sign` times each bucket's change of (liked, disliked) along a pair's reactions."""
     liked = disliked = 0
     for e in entries:
         like = 1 if e[2] == _LIKED else 0
         dislike = 1 if e[2] == _DISLIKED else 0
         if like != liked or dislike != disliked:
-            delta = into.setdefault(e[3], [0, 0])  # type: ignore[arg-type]
+            delta = into.setdefault(e[3], [0, 0])
             delta[0] += sign * (like - liked)
             delta[1] += sign * (dislike - disliked)
             liked, disliked = like, dislike

@@ -6,7 +6,7 @@ count per (video, day) with those stopping near the threshold, counted in worker
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_left, bisect_right, insort
+from bisect import bisect_left, bisect_right
 from typing import Generic, TypeVar
 
 from counting import rules
@@ -21,6 +21,8 @@ KEEP_DAYS = 2
 _minute_of, _hour_of, _day_of = rules.minute_of, rules.hour_of, rules.day_of
 _SPAN_MS = rules.VELOCITY_WINDOW_MS - 1
 _NEAR = "\x1fnear"
+# Up to this many, an address's view times (or agents) are kept in a tuple (see `ViewWindows`).
+LONG = 64
 
 V = TypeVar("V")
 
@@ -52,12 +54,16 @@ class ViewWindows:
 
     def __init__(self) -> None:
         # Per minute, the times of the views from each address: the time of its one view, or the
-        # sorted times in an array (an int or an array is not tracked by the cyclic garbage
-        # collector, where a list is: millions of them cost scan time). The 60 s up to a view lie
-        # in its minute and the one before.
-        self._address: _Windows[int | array[int]] = _Windows(KEEP_MINUTES)
-        # Per hour, each address's agent, or the set of them once it has shown two.
-        self._agents: _Windows[str | set[str]] = _Windows(KEEP_HOURS)
+        # sorted times in a tuple. Values are numbers, text and tuples of them: the cyclic garbage
+        # collector stops tracking such a tuple once it has seen it, where every list, set or array
+        # stays tracked, and each of its full collections walks them all (with the state's, they
+        # cost the counter a fifth of its CPU). The 60 s up to a view lie in its minute and the one
+        # before.
+        # An address past `LONG` views a minute (or agents an hour) has them in an array (or a set),
+        # which takes one more without copying them all.
+        self._address: _Windows[int | tuple[int, ...] | array[int]] = _Windows(KEEP_MINUTES)
+        # Per hour, each address's agent, or the tuple of them once it has shown two.
+        self._agents: _Windows[str | tuple[str, ...] | set[str]] = _Windows(KEEP_HOURS)
         # Keyed by one string (video, separator, viewer) rather than a tuple: a dict of strings and
         # integers is not tracked by the cyclic garbage collector, so its millions of entries cost
         # no scan time.
@@ -100,14 +106,21 @@ class ViewWindows:
                     if count:
                         times_of[ip] = ts
                     address_views = 1
-                elif times.__class__ is int:  # its second: both times, sorted, in an array
+                elif times.__class__ is int:  # its second: both times, sorted
                     if count:
-                        times_of[ip] = array("q", (times, ts) if times <= ts else (ts, times))
+                        times_of[ip] = (times, ts) if times <= ts else (ts, times)
                     address_views = (times <= ts) + count or 1
                 else:
+                    at = bisect_right(times, ts)  # type: ignore[arg-type]
                     if count:
-                        insort(times, ts)  # type: ignore[arg-type]
-                    address_views = bisect_right(times, ts) or 1  # type: ignore[arg-type]
+                        if times.__class__ is not tuple:
+                            times.insert(at, ts)  # type: ignore[union-attr]
+                        elif len(times) < LONG:
+                            times_of[ip] = (*times[:at], ts, *times[at:])
+                        else:
+                            times_of[ip] = longer = array("q", times)
+                            longer.insert(at, ts)
+                    address_views = at + count or 1
                 before = by_minute.get(minute - 1)
                 if before is not None and (earlier := before.get(ip)) is not None:
                     start = ts - _SPAN_MS
@@ -115,7 +128,7 @@ class ViewWindows:
                         address_views += earlier >= start
                     else:
                         address_views += len(earlier) - bisect_left(earlier, start)  # type: ignore[arg-type]
-            # Distinct agents from the address this hour: one agent, or the set of them once two.
+            # Distinct agents from the address this hour: one agent, or the tuple of them once two.
             hour = _hour_of(ts)
             agents_of = self._agents.counts.get(hour) or self._agents.open(hour)
             if agents_of is None:
@@ -131,14 +144,19 @@ class ViewWindows:
                         address_agents = 1
                     else:
                         if count:
-                            agents_of[ip] = {seen, agent}
+                            agents_of[ip] = (seen, agent)
                         address_agents = 2
                 else:
                     if agent and agent not in seen:
                         if count:
-                            seen.add(agent)  # type: ignore[union-attr]
-                        else:
-                            address_agents = 1
+                            if seen.__class__ is not tuple:
+                                seen.add(agent)  # type: ignore[union-attr]
+                                address_agents = -1  # len(seen) below counts it already
+                            elif len(seen) < LONG:
+                                agents_of[ip] = (*seen, agent)
+                            else:
+                                agents_of[ip] = {*seen, agent}
+                        address_agents += 1
                     address_agents += len(seen)
         step = 1 if count else 0
         day = _day_of(ts)

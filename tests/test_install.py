@@ -99,6 +99,8 @@ def blocked_ingest(tmp_path: Path, ingest_env: dict[str, str]) -> Iterator[subpr
         if process.poll() is None:
             process.terminate()
             process.wait(timeout=20)
+        if process.stdout is not None:
+            process.stdout.close()
 
 
 def _health(url: str, process: subprocess.Popen[str], timeout: float = 60) -> dict[str, str]:

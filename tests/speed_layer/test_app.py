@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import redis
 from counting import keys, oracle
 from counting.settings import Settings
 from counting.wire import encode_events
+from speed_layer import heap
 from speed_layer.app import WorkerOptions, app_id, create_counter_app
 from speed_layer.counter_worker import CounterWorker
 from speed_layer.state_counter import StateCounter
@@ -41,6 +43,20 @@ async def test_counter_agent_counts_what_it_is_given(
 def test_each_worker_kind_has_its_own_consumer_group(settings: Settings) -> None:
     assert app_id("counter", settings) != app_id("archiver", settings)
     assert app_id("counter", settings, group="replay-1") == "replay-1"
+
+
+@pytest.mark.parametrize(("counter_state", "young"), [("redis", 700), ("worker", heap.YOUNG_OBJECTS)])
+def test_the_counter_with_its_state_in_the_worker_sets_the_collector(
+    settings: Settings, counter_state: str, young: int
+) -> None:
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, before[1], before[2])
+        create_counter_app(settings.model_copy(update={"counter_state": counter_state}))
+
+        assert gc.get_threshold() == (young, before[1], before[2])  # the older generations as they were
+    finally:
+        gc.set_threshold(*before)
 
 
 @pytest.mark.parametrize("counter", [CounterWorker, StateCounter])

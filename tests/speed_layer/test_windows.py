@@ -3,8 +3,10 @@ hour, views per viewer-day, bounded memory."""
 
 from __future__ import annotations
 
+import random
+
 from counting import rules
-from speed_layer.windows import KEEP_HOURS, KEEP_MINUTES, ViewWindows
+from speed_layer.windows import KEEP_HOURS, KEEP_MINUTES, LONG, ViewWindows
 from tests.speed_layer.helpers import Traffic
 
 NOW = 1_795_000_000_000
@@ -41,6 +43,29 @@ def test_counts_distinct_agents_per_address_hour() -> None:
         windows.observe(t.view("v", "n", ip="81.0.0.2", ts=hour + rules.HOUR_MS, user_agent="A agent 1"))[2]
         == 1
     )
+
+
+def test_a_busy_address_counts_as_one_seen_by_brute_force() -> None:
+    """Past `LONG` views a minute and agents an hour an address's windows change how they keep them;
+    every answer, in any order and with copies not counted, is what counting by hand gives."""
+    t = Traffic(now_ms=NOW)
+    windows = ViewWindows()
+    rng = random.Random(7)
+    minute = (NOW // rules.HOUR_MS) * rules.HOUR_MS + 5 * rules.MINUTE_MS
+    counted: list[tuple[int, str]] = []
+    for n in range(3 * LONG):
+        ts = minute + rng.randrange(2 * rules.MINUTE_MS)
+        agent = f"agent {rng.randrange(2 * LONG)}"
+        count = rng.random() > 0.1  # a tenth are copies already counted
+        views, _, agents = windows.observe(
+            t.view("v", f"u{n}", ip="81.0.0.3", ts=ts, user_agent=agent), count=count
+        )
+        mine = [(ts, agent)] if count else []
+        expected_views = sum(1 for at, _ in counted + mine if ts - rules.VELOCITY_WINDOW_MS < at <= ts)
+        expected_agents = len({a for _, a in counted} | {agent})
+        assert (views, agents) == (max(expected_views, 1), expected_agents), n
+        counted += mine
+    assert len({a for _, a in counted}) > LONG
 
 
 def test_old_minutes_are_forgotten_and_late_views_count_from_one() -> None:
