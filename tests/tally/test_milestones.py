@@ -186,6 +186,7 @@ def test_the_webhook_is_signed_retried_with_backoff_and_dead_lettered(
         early = announce(settings, clock=lambda: now)  # nothing due again before its backoff
     finally:
         server.shutdown()
+        server.server_close()
 
     assert reports[0].sent == ["w:5"] and early.delivered == early.retrying == 0
     assert receiver.tries == {"w:5": 3}
