@@ -51,8 +51,15 @@ def user_reactions(video_id: str) -> str:
 
 
 def presence(video_id: str) -> str:
-    """Sorted set session_id -> time of its last heartbeat (ms)."""
+    """Sorted set session_id -> time of its last heartbeat (ms): the Redis-state counter's presence."""
     return f"{PREFIX}:{video_tag(video_id)}:presence"
+
+
+def watching(video_id: str) -> str:
+    """Hash partition -> msgpack [second, sessions, second, sessions, ...] (newest second first): per
+    second of ingestion time, the sessions of that partition whose newest heartbeat lies in it and
+    that have not left since; the state counter's presence (readers sum it with `presence`)."""
+    return f"{PREFIX}:{video_tag(video_id)}:watching"
 
 
 def presence_left(video_id: str) -> str:

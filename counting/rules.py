@@ -115,10 +115,22 @@ def first_copy_order(event: Event) -> tuple[int, str]:
     return (event.ingest_ts or 0, event.event_id)
 
 
+def presence_second(ingest_ms: int) -> int:
+    """The whole second of ingestion time a heartbeat is counted in: presence is kept per second
+    (the speed layer writes per video and second how many sessions beat last in it)."""
+    return ingest_ms // 1000
+
+
+def watching_from(now_ms: int) -> int:
+    """The first second whose heartbeats still count at `now_ms`: that of `now_ms` - PRESENCE_MS."""
+    return presence_second(now_ms - PRESENCE_MS)
+
+
 def is_watching(last_heartbeat_ms: int | None, last_leave_ms: int | None, now_ms: int) -> bool:
-    """Presence: a session watches while its last heartbeat (by ingestion time) is within
-    PRESENCE_MS of now and no `leave` was ingested at or after it (a leave and a heartbeat of one
-    record share an ingestion time: the leave wins, it is what a session sends last)."""
-    if last_heartbeat_ms is None or last_heartbeat_ms < now_ms - PRESENCE_MS:
+    """Presence: a session watches while its last heartbeat (by ingestion time) lies in a second no
+    earlier than that of PRESENCE_MS before now (`watching_from`) and no `leave` was ingested at or
+    after it (a leave and a heartbeat of one record share an ingestion time: the leave wins, it is
+    what a session sends last)."""
+    if last_heartbeat_ms is None or presence_second(last_heartbeat_ms) < watching_from(now_ms):
         return False
     return last_leave_ms is None or last_leave_ms < last_heartbeat_ms

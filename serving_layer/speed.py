@@ -47,14 +47,25 @@ _PLAIN = {
     "repeat_views": "repeat_views",
 }
 
-# A video's whole speed side in one read-only script. KEYS: its buckets index, presence and viewers;
-# ARGV: the first bucket, the oldest live heartbeat (ms), the prefix of its bucket-counts keys. Every
+# A video's whole speed side in one read-only script. KEYS: its buckets index, presence (the
+# Redis-state counter's sessions), viewers and watching (the state counter's sessions by second, a
+# part per partition, newest second first); ARGV: the first bucket, the start (ms) of the first second
+# still watching (`rules.watching_from`), the prefix of its bucket-counts keys, that second. Every
 # key it reads carries the video's hash tag, so the script stays in one Redis Cluster slot. Answers
 # [buckets, watching, sketched, estimate, field, sum, field, sum, ...]: each field of the bucket
 # hashes summed over the buckets, in order of first sight (what summing them in Python gave).
 _READ_LUA = """
 local buckets = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[1], '+inf')
-local answer = {#buckets, redis.call('ZCOUNT', KEYS[2], ARGV[2], '+inf'), 0, 0}
+local watching = redis.call('ZCOUNT', KEYS[2], ARGV[2], '+inf')
+local from = tonumber(ARGV[4])
+for _, part in ipairs(redis.call('HVALS', KEYS[4])) do
+  local seconds = cmsgpack.unpack(part)
+  for i = 1, #seconds, 2 do
+    if seconds[i] < from then break end
+    watching = watching + seconds[i + 1]
+  end
+end
+local answer = {#buckets, watching, 0, 0}
 if redis.call('TYPE', KEYS[3]).ok == 'string' then
   answer[3] = 1
   answer[4] = redis.call('PFCOUNT', KEYS[3])
@@ -98,14 +109,16 @@ async def read_video(
     trip: the sums are made by a read-only script next to the data, so a miss of the read cache
     costs one request to Redis however many buckets the video has. `uniques_field`: with several
     regions, `g_uniques` (a viewer of two regions counted once, `sink.lua`)."""
+    first_second = rules.watching_from(now_ms)
     args: list[str | int] = [keys.buckets_index(video_id), keys.presence(video_id), keys.viewers(video_id)]
-    args += [from_bucket, now_ms - rules.PRESENCE_MS, keys.bucket_counts(video_id, 0).removesuffix("0")]
+    args += [keys.watching(video_id), from_bucket, first_second * 1000]
+    args += [keys.bucket_counts(video_id, 0).removesuffix("0"), first_second]
     for attempt in (1, 2):
         try:
             async with redis.pipeline(transaction=False) as pipe:
                 # The command, not pipe.evalsha: redis-py's cluster pipeline refuses that method;
                 # the command is routed by its keys (one slot: the video's) either way.
-                pipe.execute_command("EVALSHA", _READ_SHA, 3, *args)
+                pipe.execute_command("EVALSHA", _READ_SHA, 4, *args)
                 for owner in owners:  # one EXISTS each: on a cluster the owners lie in many slots
                     pipe.exists(owner)
                 replies = await pipe.execute()

@@ -2,10 +2,11 @@
 change of a video's shard count"). The counter of the video's home partition, which alone sees all
 of it while it has one shard, plans its shards once and ahead (`ShardPlan`: from a moment every
 ingest process will know of); once it has applied every event ingested before that moment, it
-hands the state of the viewers that move (their event ids, windows, first buckets, reactions) to
-the partitions they move to, then marks the hand-off closed. A shard partition holds the video's
-events until it has taken its part over. No count moves: each partition's parts keep what it
-counted, and readers sum the parts."""
+hands the state of the viewers that move (their event ids, windows, first buckets, reactions, and
+the sessions watching) to the partitions they move to, then marks the hand-off closed and drops the
+sessions it handed over (each is counted watching by one partition). A shard partition holds the
+video's events until it has taken its part over. No count moves: each partition's parts keep what
+it counted, and readers sum the parts."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import redis.asyncio as aioredis
 from counting import keys, rules
 from counting.values import ShardPlan, encode_shard_plan
 from counting.wire import partition_for, record_key
-from speed_layer.state import SEP, PartitionState
+from speed_layer.state import NO_ROUTE, SEP, PartitionState
 
 # A plan holds from this far ahead: more than the time an ingest process trusts what it read.
 NOTICE_MS = rules.SHARD_CACHE_MS + 1_000
@@ -60,7 +61,16 @@ def moved_entries(
     for key, history in state.reactions.items():
         if key.startswith(prefix):
             put("reactions", key, history, _route(key[len(prefix) :]))
+    for key, beat in state.beats.items():  # the sessions watching (a left one stays: it counts nowhere)
+        if key.startswith(prefix) and beat[1] != NO_ROUTE and state.leaves.get(key, -1) < beat[0]:
+            put("beats", key, beat, beat[1])
     return found
+
+
+def moved_sessions(moved: dict[int, dict[str, bytes]]) -> list[str]:
+    """The beats keys (video SEP session) of the sessions a hand-off moves."""
+    head = "beats" + SEP
+    return [name[len(head) :] for entries in moved.values() for name in entries if name.startswith(head)]
 
 
 def _route(viewer: str) -> int:

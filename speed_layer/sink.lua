@@ -8,12 +8,13 @@
 -- one script call instead of one per video.
 -- ARGV[1], msgpack: a list of items, each one video's (or the platform's):
 --   {part, offset, buckets, index, viewers, limit, firsts, global_prefix, sketches, reactions_key,
---   reactions, presence_key, present, absent, trim_below} (keys '' when unused)
+--   reactions, watching_key, watching, watching_until} (keys '' when unused)
 --   buckets: {{counts_key, parts_key, bucket, expire_at, {field = value}}}
 --   firsts: {digest, first bucket, digest, first bucket, ...} (flat, as HSET takes them)
 --   sketches: {{sketch_key, expire_at, {digest}}}; reactions: {user, history, ...} (flat; the
 --   script packs each history: `values.decode_history` reads it);
---   present: {ingest_ts, session, ...} (flat, as ZADD takes them); absent: {session}
+--   watching: {second, sessions, ...} (newest second first): this partition's whole part of the
+--   video's sessions watching by second (`keys.watching`); watching_until: the hash's expiry at least
 -- Answers, per item, the `views` sum after the write of each bucket whose views moved (for
 -- trending): {{bucket, views, ...}, ...}.
 local call = redis.call
@@ -103,12 +104,14 @@ local function sink(s)
   local reactions = s[11]
   for i = 1, #reactions, 2 do call('HSET', s[10], reactions[i], cmsgpack.pack(reactions[i + 1])) end
 
-  -- Presence: the sessions watching (their newest heartbeat is after their newest leave) and those
-  -- that left; `rules.is_watching` is decided in Python.
-  local presence = s[12]
-  if #s[13] > 0 then variadic('ZADD', presence, s[13], 'GT') end
-  if #s[14] > 0 then variadic('ZREM', presence, s[14]) end
-  if s[15] > 0 then call('ZREMRANGEBYSCORE', presence, '-inf', '(' .. string.format('%d', s[15])) end
+  -- Presence: this partition's sessions watching by second, replacing its part (decided in Python,
+  -- `rules.is_watching`); the hash lives while any partition's part may still be read.
+  local watching = s[12]
+  if watching ~= '' then
+    if #s[13] > 0 then call('HSET', watching, part, cmsgpack.pack(s[13])) else call('HDEL', watching, part) end
+    call('PEXPIREAT', watching, s[14], 'NX')
+    call('PEXPIREAT', watching, s[14], 'GT')
+  end
 
   return answer
 end

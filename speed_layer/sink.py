@@ -1,7 +1,8 @@
 """The counts of a committed micro-batch reach the video-keyed read keys: per video, the partition's
 absolute values of each bucket it changed (`sink.lua`, which moves the buckets' sums by the
 difference with this partition's part stored before), the viewers whose first bucket it set, the
-bucket sketches' new digests, the pairs' reaction histories and the sessions' presence; then the
+bucket sketches' new digests, the pairs' reaction histories and the partition's sessions watching
+by second (`keys.watching`, the whole part rewritten: a replay writes the same); then the
 platform's buckets, trending and the videos index. Every write is idempotent, so the same entry may
 be sunk again (after a restore) and loses or doubles nothing.
 
@@ -37,16 +38,15 @@ _encoder = msgspec.msgpack.Encoder()
 class _Video:
     """What one video's sink writes."""
 
-    __slots__ = ("absent", "buckets", "firsts", "newest_beat", "present", "reactions", "sketches")
+    __slots__ = ("buckets", "firsts", "reactions", "sketches", "watching", "watching_until")
 
     def __init__(self) -> None:
         self.buckets: list[list[object]] = []
         self.firsts: list[object] = []  # digest, first bucket, digest, ... (flat: HSET's arguments)
         self.sketches: list[tuple[str, int, list[str]]] = []
         self.reactions: list[object] = []  # user, history rows, ... (flat)
-        self.present: list[object] = []  # ingest time, session, ... (flat: ZADD's arguments)
-        self.absent: list[str] = []
-        self.newest_beat = 0
+        self.watching: list[int] = []  # second, sessions, ... (newest second first)
+        self.watching_until = 0  # when the watching hash may expire; 0: presence not written
 
 
 # On a single Redis, one script call carries the items of many videos, up to about this many bytes
@@ -118,23 +118,24 @@ def plan_sink(
         video, _, user = key.partition(SEP)
         if history:
             videos[video].reactions += (user, history)
-    sessions = {k for table in ("beats", "leaves") for k, _ in _items(entry, table)}
-    for key in sorted(sessions):
-        video, _, session = key.partition(SEP)
-        beat, leave = state.beats.get(key), state.leaves.get(key)
+    # Presence: each video whose sessions moved, its part whole (the seconds a reader may still
+    # count, `PRESENCE_KEEP_MS` back from the partition's newest event, allowing for clocks behind).
+    oldest = rules.presence_second(state.newest_ingest - PRESENCE_KEEP_MS)
+    for video in sorted({k.partition(SEP)[0] for t in ("beats", "leaves") for k, _ in _items(entry, t)}):
+        seconds = state.watching_of(video)
         target = videos[video]
-        if beat is not None and (leave is None or beat > leave):
-            target.present += (beat, session)
-            target.newest_beat = max(target.newest_beat, beat)
-        else:
-            target.absent.append(session)
+        for second in sorted(seconds, reverse=True):
+            if second < oldest:
+                break
+            target.watching += (second, seconds[second])
+        newest = target.watching[0] if target.watching else rules.presence_second(state.newest_ingest)
+        target.watching_until = (newest + 1) * 1000 + PRESENCE_KEEP_MS
     items: list[tuple[str | None, str, bytes]] = []  # video, its key, the encoded item
     commands: list[Command] = []
     viewers: list[tuple[str, list[object], bytes]] = []
     for video in sorted(videos):
         v = videos[video]
-        trim = v.newest_beat - PRESENCE_KEEP_MS if v.newest_beat > PRESENCE_KEEP_MS else 0
-        args = len(v.firsts) + len(v.reactions) + len(v.present) + len(v.absent)
+        args = len(v.firsts) + len(v.reactions) + len(v.watching)
         args += sum(len(digests) for _, _, digests in v.sketches)
         by_commands = not cluster and args >= PLAIN_COMMANDS_FROM
         firsts = [] if by_commands and not regions and keys.viewers(video) not in FOLDED else v.firsts
@@ -142,13 +143,12 @@ def plan_sink(
             [[sketch, expire, digests] for sketch, expire, digests in v.sketches],
             keys.reactions(video),
             v.reactions,
-            keys.presence(video),
-            v.present,
-            v.absent,
-            trim,
+            keys.watching(video) if v.watching_until else "",
+            v.watching,
+            v.watching_until,
         ]
         if by_commands:  # see the module's doc
-            commands += _commands(per_event)
+            commands += _commands(part, per_event)
             per_event = _NONE
         if v.buckets or firsts or per_event is not _NONE:
             prefix = keys.bucket_counts(video, 0).removesuffix("0") if regions else ""
@@ -178,12 +178,12 @@ def plan_sink(
     return SinkPlan(calls, of, sorted(videos), expiry, commands, viewers)
 
 
-_NONE = [[], "", [], "", [], [], 0]  # an item's per-event writes when it has none
+_NONE = [[], "", [], "", [], 0]  # an item's per-event writes when it has none
 
 
-def _commands(per_event: list[object]) -> list[Command]:
-    """A video's per-event writes (an item's last seven fields) as plain commands."""
-    sketches, reactions_key, reactions, presence, present, absent, trim = per_event
+def _commands(part: str, per_event: list[object]) -> list[Command]:
+    """A video's per-event writes (an item's last six fields) as plain commands."""
+    sketches, reactions_key, reactions, watching, seconds, until = per_event
     commands: list[Command] = []
     for sketch, expire, digests in sketches:  # type: ignore[attr-defined]
         commands += [("PFADD", sketch, *digests), ("PEXPIREAT", sketch, expire)]
@@ -191,12 +191,12 @@ def _commands(per_event: list[object]) -> list[Command]:
         flat: list[object] = list(reactions)  # type: ignore[call-overload]
         flat[1::2] = [values.encode_history_rows(rows) for rows in flat[1::2]]  # type: ignore[arg-type]
         commands.append(("HSET", reactions_key, *flat))
-    if present:
-        commands.append(("ZADD", presence, "GT", *present))  # type: ignore[misc]
-    if absent:
-        commands.append(("ZREM", presence, *absent))  # type: ignore[misc]
-    if trim:  # the sessions whose newest heartbeat is too old
-        commands.append(("ZREMRANGEBYSCORE", presence, "-inf", f"({trim}"))
+    if watching:  # as sink.lua writes it
+        if seconds:
+            commands.append(("HSET", watching, part, _encoder.encode(seconds)))
+        else:
+            commands.append(("HDEL", watching, part))
+        commands += [("PEXPIREAT", watching, until, "NX"), ("PEXPIREAT", watching, until, "GT")]
     return commands
 
 

@@ -13,10 +13,14 @@ rewrites the same ones). Tables, all keyed by text (`video SEP ...`):
   `EXACT_VIEWERS_LIMIT` viewers of a video in this partition, then only the sketch grows);
 - reactions: video SEP user -> the reactions that decide the pair's state in some bucket;
 - counts: video SEP bucket -> {field: value}; platform: bucket -> {field: value};
-- beats, leaves: video SEP session -> ingest time of the newest heartbeat / leave;
+- beats: video SEP session -> (ingest time, viewer route) of the newest heartbeat (the route tells
+  where a hot video's plan sends the session); leaves: video SEP session -> that of the newest leave;
 - plans: video -> [shards, active_from, closed] of the hot videos this partition is the home of;
 - imported: video -> 1 once this partition took over its viewers' state from the video's home
   (`speed_layer/handoff.py`); pending: video -> the encoded events that wait for it.
+
+Derived from beats and leaves (not in the changelog): `watching`, per video, the sessions watching
+by second of their newest heartbeat (`rules.presence_second`), what reaches Redis (`keys.watching`).
 
 Any order of the records within the partition gives the same state: an earlier copy of an applied
 event, or an earlier view of a counted viewer's window, takes the place of the later one and moves
@@ -59,7 +63,10 @@ _bucket_of = rules.bucket_of
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder()
 _LIKED, _DISLIKED = rules.LIKED, rules.DISLIKED
-_TUPLES = frozenset({"seen", "windows"})
+_TUPLES = frozenset({"seen", "windows", "beats"})
+# A session's newest heartbeat restored from a changelog written before beats carried the viewer's
+# route: it stays with the partition that has it (`handoff.moved_entries`).
+NO_ROUTE = -1
 # A deciding reaction of a pair: (ts, event_id, state, bucket it was ingested in).
 Reaction = tuple[int, str, str, int]
 
@@ -76,7 +83,7 @@ class Entry(TypedDict):
     reactions: dict[str, tuple[Reaction, ...] | None]
     counts: dict[str, dict[str, int] | None]
     platform: dict[str, dict[str, int] | None]
-    beats: dict[str, int | None]
+    beats: dict[str, tuple[int, int] | int | None]  # an int: written before the route was kept
     leaves: dict[str, int | None]
     plans: dict[str, list[int] | None]
     imported: dict[str, int | None]
@@ -112,8 +119,11 @@ class PartitionState:
         self.reactions: dict[str, tuple[Reaction, ...]] = {}
         self.counts: dict[str, dict[str, int]] = {}
         self.platform: dict[str, dict[str, int]] = {}
-        self.beats: dict[str, int] = {}
+        self.beats: dict[str, tuple[int, int]] = {}
         self.leaves: dict[str, int] = {}
+        # Derived from beats and leaves: per video, second -> sessions watching; None once a restore
+        # loaded entries (made again on first use).
+        self._watching: dict[str, dict[int, int]] | None = {}
         self.plans: dict[str, list[int]] = {}
         self.imported: dict[str, int] = {}
         self.pending: dict[str, list[bytes]] = {}
@@ -159,14 +169,68 @@ class PartitionState:
         return video + SEP + event_id not in self.seen
 
     def presence(self, event: Event) -> None:
-        """A heartbeat or a leave: the newest of each per session."""
-        if event.session_id is None or event.ingest_ts is None:
+        """A heartbeat or a leave: the newest of each per session, and the video's sessions watching
+        by second (`rules.is_watching`: a session watches from its newest heartbeat on, unless a
+        leave ingested no earlier came)."""
+        ingest_ts = event.ingest_ts
+        if event.session_id is None or ingest_ts is None:
             return
-        table = self.beats if event.type == "heartbeat" else self.leaves
         key = event.video_id + SEP + event.session_id
-        if event.ingest_ts > table.get(key, -1):
-            table[key] = event.ingest_ts
-            self.changes.keys["beats" if event.type == "heartbeat" else "leaves"].add(key)
+        if event.type == "heartbeat":
+            old = self.beats.get(key)
+            if old is None or ingest_ts > old[0]:
+                route = rules.viewer_route(rules.viewer_digest(rules.viewer_of(event)))
+                self._set_beat(key, (ingest_ts, route))
+        elif ingest_ts > self.leaves.get(key, -1):
+            beat = self.beats.get(key)
+            if beat is not None and self.leaves.get(key, -1) < beat[0] <= ingest_ts:
+                self._watch(event.video_id, beat[0], -1)  # it watched until this leave
+            self.leaves[key] = ingest_ts
+            self.changes.keys["leaves"].add(key)
+
+    def _set_beat(self, key: str, beat: tuple[int, int] | None) -> None:
+        """Set (or, None, drop) a session's newest heartbeat, moving it between the seconds watching."""
+        video = key.partition(SEP)[0]
+        leave = self.leaves.get(key, -1)
+        old = self.beats.get(key)
+        if old is not None and leave < old[0]:
+            self._watch(video, old[0], -1)
+        if beat is None:
+            self.beats.pop(key, None)
+        else:
+            self.beats[key] = beat
+            if leave < beat[0]:
+                self._watch(video, beat[0], 1)
+        self.changes.keys["beats"].add(key)
+
+    def _watch(self, video: str, ingest_ts: int, by: int) -> None:
+        seconds = self.watching_of(video)
+        second = rules.presence_second(ingest_ts)
+        n = seconds.get(second, 0) + by
+        if n:
+            seconds[second] = n
+        else:
+            del seconds[second]
+
+    def watching_of(self, video: str) -> dict[int, int]:
+        """A video's sessions watching by second of their newest heartbeat, in this partition."""
+        watching = self._watching
+        if watching is None:
+            watching = self._watching = {}
+            for key, (beat, _) in self.beats.items():
+                if self.leaves.get(key, -1) < beat:
+                    counted = watching.setdefault(key.partition(SEP)[0], {})
+                    second = rules.presence_second(beat)
+                    counted[second] = counted.get(second, 0) + 1
+        seconds = watching.get(video)
+        if seconds is None:
+            seconds = watching[video] = {}
+        return seconds
+
+    def drop_beats(self, keys: list[str]) -> None:
+        """Drop sessions' heartbeats (a hot video's moving sessions, handed over to their partitions)."""
+        for key in keys:
+            self._set_beat(key, None)
 
     def count(self, event: Event, verdict: str, viewer: str, digest: str) -> bool:
         """Apply a judged event (`judge.SHORT`, `QUALIFIED`, a rejection field, or `REACTION`) of
@@ -359,7 +423,11 @@ class PartitionState:
         waited for them, in arrival order (to apply now)."""
         for name, raw in entries.items():
             table, _, key = name.decode().partition(SEP)
-            getattr(self, table)[key] = _as_kept(table, _decoder.decode(raw))
+            value = _as_kept(table, _decoder.decode(raw))
+            if table == "beats":
+                self._set_beat(key, value)
+                continue
+            getattr(self, table)[key] = value
             self.changes.keys[table].add(key)
             if table == "firsts":
                 self.viewers_of[video] = self.viewers_of.get(video, 0) + 1
@@ -404,7 +472,12 @@ class PartitionState:
             changed: dict[str, Any] = entry[table]  # type: ignore[literal-required]
             if table == "firsts":
                 self._load_firsts(changed)
-            elif None in changed.values():
+                continue
+            if table == "beats" or table == "leaves":
+                self._watching = None  # made again from the tables on first use
+                if table == "beats":
+                    changed = {k: (v, NO_ROUTE) if v.__class__ is int else v for k, v in changed.items()}
+            if None in changed.values():
                 for key, value in changed.items():
                     if value is None:
                         values.pop(key, None)
@@ -437,8 +510,9 @@ class PartitionState:
         self.counts = {k: v for k, v in self.counts.items() if int(k.rpartition(SEP)[2]) >= oldest}
         self.platform = {k: v for k, v in self.platform.items() if int(k) >= oldest}
         present = self.newest_ingest - PRESENCE_KEEP_MS
-        self.beats = {k: v for k, v in self.beats.items() if v >= present}
+        self.beats = {k: v for k, v in self.beats.items() if v[0] >= present}
         self.leaves = {k: v for k, v in self.leaves.items() if v >= present}
+        self._watching = None
 
 
 def _drop_front(entries: dict[str, tuple[Any, ...]], floor: int) -> None:

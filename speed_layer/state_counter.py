@@ -34,7 +34,15 @@ from speed_layer.counter_worker import (
     until_redis,
 )
 from speed_layer.errors import PoisonRecord
-from speed_layer.handoff import NOTICE_MS, announce, hand_off, home_of, moved_entries, take_over
+from speed_layer.handoff import (
+    NOTICE_MS,
+    announce,
+    hand_off,
+    home_of,
+    moved_entries,
+    moved_sessions,
+    take_over,
+)
 from speed_layer.hot import HotVideos
 from speed_layer.judge import REACTION, judge_view
 from speed_layer.partition_store import ALREADY, FENCED, PartitionStore, compress, encode, packed
@@ -241,8 +249,9 @@ class StateCounter:
         moved = moved_entries(
             owned.state, video, owned.state.plans[video][0], self._settings.topic_partitions
         )
-        entries = {name.encode(): value for name, value in moved.get(partition, {}).items()}
-        self.owned[partition].state.take_over(video, entries)
+        mine = moved.get(partition, {})
+        self.owned[partition].state.take_over(video, {name.encode(): value for name, value in mine.items()})
+        owned.state.drop_beats(moved_sessions({partition: mine}))  # each session watches in one place
 
     def plans(self) -> dict[str, ShardPlan]:
         """The shard plans of the videos whose home partition this worker owns."""
@@ -411,6 +420,9 @@ class StateCounter:
             moved = moved_entries(owned.state, video, shards, self._settings.topic_partitions)
             await self._retry(lambda v=video, m=moved: hand_off(self._client, v, m))  # type: ignore[misc]
             owned.state.close(video)
+            # Committed with the next batch (as the close): till then a moved session taken over
+            # already counts in both partitions, for one micro-batch at most.
+            owned.state.drop_beats(moved_sessions(moved))
             owned.handing.discard(video)
             logs.info(
                 "handoff_written",

@@ -103,3 +103,16 @@ def test_the_first_copy_is_the_one_ingested_first(make_event):
     event = _event(make_event)
 
     assert rules.first_copy_order(stamped(event, 5)) < rules.first_copy_order(stamped(event, 6))
+
+
+def test_a_session_watches_while_its_heartbeats_second_is_within_presence_of_nows() -> None:
+    """Presence is counted by whole seconds of ingestion time: a heartbeat counts until the second
+    of now - PRESENCE_MS has passed it; a leave ingested at or after it ends it."""
+    now = 1_790_000_030_500
+    first = rules.watching_from(now)
+    assert first == (now - rules.PRESENCE_MS) // 1000
+    assert rules.is_watching(first * 1000, None, now)  # up to 500 ms older than PRESENCE_MS
+    assert not rules.is_watching(first * 1000 - 1, None, now)
+    assert rules.is_watching(now, now - 1, now)
+    assert not rules.is_watching(now, now, now)  # the leave wins a tie
+    assert not rules.is_watching(None, None, now)

@@ -1,11 +1,16 @@
-"""A partition's state on its own: trimming what is older than the retry horizon."""
+"""A partition's state on its own: trimming what is older than the retry horizon; the sessions
+watching."""
 
 from __future__ import annotations
 
-from counting import rules
+import random
+
+import msgspec
+
+from counting import oracle, rules
 from counting.event import Event
 from speed_layer.judge import QUALIFIED
-from speed_layer.state import SEP, PartitionState
+from speed_layer.state import NO_ROUTE, SEP, Entry, PartitionState
 
 HOUR = 3_600_000
 T0 = 1_790_000_000_000
@@ -59,3 +64,68 @@ def test_an_old_marker_behind_a_newer_one_goes_once_the_newer_one_does() -> None
 
     assert kept_a_while == ["first", "late", "now"]  # "first" is within the horizon: the scan stops
     assert sorted(key.split(SEP)[1] for key in state.seen) == ["later", "now"]
+
+
+def _presence(kind: str, n: int, video: str, session: str, ingest_ts: int) -> Event:
+    return Event(
+        event_id=f"{kind}{n}",
+        type=kind,  # type: ignore[arg-type]
+        video_id=video,
+        ts=ingest_ts,
+        user_id=None if session.startswith("anon") else f"u-{session}",
+        session_id=session,
+        ingest_ts=ingest_ts,
+    )
+
+
+def _watching(state: PartitionState, video: str, now: int) -> int:
+    return sum(n for second, n in state.watching_of(video).items() if second >= rules.watching_from(now))
+
+
+def test_the_sessions_watching_by_second_equal_the_oracle_in_any_order() -> None:
+    """Heartbeats and leaves applied in a random order (leaves and beats of one ingest time among
+    them): the sessions watching per second, summed as a reader sums them, equal the oracle's at
+    every moment, and again after a restore from a snapshot."""
+    rng = random.Random(5)
+    events = []
+    for n in range(600):
+        kind = "leave" if rng.random() < 0.2 else "heartbeat"
+        at = T0 + rng.randrange(0, 150_000, 5_000)  # often the same ingest time
+        events.append(
+            _presence(
+                kind,
+                n,
+                rng.choice(["v1", "v2"]),
+                rng.choice(["a", "b", "anon1"]) + str(rng.randrange(20)),
+                at,
+            )
+        )
+    rng.shuffle(events)
+    state = PartitionState(bucket_ms=60_000, retention_ms=48 * HOUR, horizon_ms=HOUR)
+    for event in events:
+        state.presence(event)
+    restored = PartitionState(bucket_ms=60_000, retention_ms=48 * HOUR, horizon_ms=HOUR)
+    restored.load(msgspec.msgpack.decode(msgspec.msgpack.encode(state.snapshot()), type=Entry))
+    checked = 0
+    for now in range(T0, T0 + 220_000, 700):
+        expected = oracle.watching_now(events, now)
+        for video in ("v1", "v2"):
+            assert _watching(state, video, now) == expected.get(video, 0), (video, now)
+            assert _watching(restored, video, now) == expected.get(video, 0), (video, now)
+            checked += expected.get(video, 0)
+    assert checked
+
+
+def test_a_heartbeat_restored_from_the_earlier_layout_still_watches() -> None:
+    """A changelog written before heartbeats carried the viewer's route holds the ingest time alone:
+    restored, the session watches (and stays with its partition at a hand-off)."""
+    state = PartitionState(bucket_ms=60_000, retention_ms=48 * HOUR, horizon_ms=HOUR)
+    state.presence(_presence("heartbeat", 1, "v1", "a1", T0))
+    entry = state.snapshot()
+    entry["beats"] = {"v1" + SEP + "a1": T0}  # as the earlier layout wrote it
+    restored = PartitionState(bucket_ms=60_000, retention_ms=48 * HOUR, horizon_ms=HOUR)
+    restored.load(msgspec.msgpack.decode(msgspec.msgpack.encode(entry), type=Entry))
+    assert restored.beats == {"v1" + SEP + "a1": (T0, NO_ROUTE)}
+    assert _watching(restored, "v1", T0 + 1_000) == 1
+    restored.presence(_presence("leave", 2, "v1", "a1", T0 + 10))
+    assert _watching(restored, "v1", T0 + 1_000) == 0

@@ -381,8 +381,9 @@ async def _move_a_hot_video(
     hot: Settings, aclient: aioredis.Redis, redis_client: redis.Redis, pipelined: bool = False
 ) -> tuple[list[Event], list[Record]]:
     """A video gets hot at its home partition, which plans its shards; the viewers that move take
-    their retries, windows, first buckets and reactions to their new partition (another worker),
-    whose events wait there until the home hands their state over. Returns the events and every
+    their retries, windows, first buckets, reactions and sessions watching to their new partition
+    (another worker), whose events wait there until the home hands their state over; the home's
+    next batch drops the sessions it handed over. Returns the events and every
     record, as counted. `pipelined`: the home plans its next batch (a view of another video it is
     the home of) before the batch that hands the video off is written, as `count_stream` does."""
     partitions = hot.topic_partitions
@@ -398,6 +399,12 @@ async def _move_a_hot_video(
     before = [traffic.view("viral", traffic.rng.choice(users), ts=T0) for _ in range(200)]
     before += [traffic.event("like", "viral", user_id=u, ts=T0 + i) for i, u in enumerate(users[:40])]
     before += [traffic.view("viral", u, watch=10.0, ts=T0) for u in users[40:50]]  # short views
+    # Sessions watching (some left), on a clock of their own so the views' timing stays as it is.
+    presence = Traffic(seed=48, now_ms=T0, step_ms=4)
+    sessions = [(u, f"s-{u}") for u in users[:100]] + [(None, f"anon{i}") for i in range(20)]
+    before += [presence.event("heartbeat", "viral", user_id=u, session_id=s) for u, s in sessions]
+    before += [presence.event("leave", "viral", user_id=u, session_id=s) for u, s in sessions[90:100]]
+    before.sort(key=lambda e: e.ingest_ts or 0)
     offsets: dict[int, int] = {}
     records = _route(hot.events_topic, before, ShardPlan(), partitions, offsets)
     assert {r.partition for r in records} == {home}
@@ -417,6 +424,10 @@ async def _move_a_hot_video(
     after += [traffic.view("viral", f"new{i}") for i in range(60)]
     traffic.clock = plan.active_from + hot.delivery_timeout_ms  # past the plan, and its grace
     after += [traffic.view("viral", f"late{i}") for i in range(40)]
+    # Sessions beat again or leave from where their viewer moved (watching sessions move with it).
+    again = sessions[:30] + sessions[100:110]
+    after += [traffic.event("heartbeat", "viral", user_id=u, session_id=s) for u, s in again]
+    after += [traffic.event("leave", "viral", user_id=u, session_id=s) for u, s in sessions[30:40]]
     moved = _route(hot.events_topic, after, plan, partitions, offsets)
     away = [r for r in moved if r.partition != home]
     assert away and any(r.partition == home for r in moved)
@@ -441,7 +452,21 @@ async def _move_a_hot_video(
         await at_home.handle(closing)
     assert redis_client.exists(keys.handoff_closed("viral"))
     await elsewhere.handle([])  # takes over, applies what waited, commits it
+    await at_home.handle([])  # commits the drop of the sessions handed over
     return before + after, records + moved
+
+
+async def _watching_equals_the_oracle(aclient: aioredis.Redis, video: str, events: list[Event]) -> None:
+    """The sessions watching the video, as the serving layer reads them, at moments from the first
+    heartbeat on to past the last one's presence, equal the oracle's."""
+    beats = sorted(e.ingest_ts or 0 for e in events if e.type == "heartbeat" and e.video_id == video)
+    assert beats
+    watched = 0
+    for now in range(beats[0], beats[-1] + rules.PRESENCE_MS + 2_000, 1_000):
+        expected = oracle.watching_now(events, now).get(video, 0)
+        assert (await read_speed(aclient, video, 0, now)).watching_now == expected, now
+        watched = max(watched, expected)
+    assert watched
 
 
 def _first_ingest(record: Record) -> int:
@@ -470,6 +495,8 @@ async def test_viewers_moving_to_a_hot_videos_shards_are_counted_exactly(
     events, _ = await _move_a_hot_video(hot, aclient, redis_client, pipelined)
     assert written == ["viral"]  # once, though the next batch was planned before it was written
     _at_every_edge(redis_client, hot, events)
+    await _watching_equals_the_oracle(aclient, "viral", events)
+    assert redis_client.hlen(keys.watching("viral")) >= 2, "sessions watch in several partitions"
     restored = await _worker(hot, aclient, hot.topic_partitions)
     assert all(not owned.state.pending for owned in restored.owned.values())
 
@@ -533,6 +560,7 @@ async def test_a_rebuild_reads_a_hot_videos_plan_from_the_log(
     await rebuild(hot, aclient)
 
     _at_every_edge(redis_client, hot, events)
+    await _watching_equals_the_oracle(aclient, "viral", events)
     rebuilt = decode_shard_plan(redis_client.get(keys.shards("viral")) or b"")
     moved_first = min(_first_ingest(r) for r in records if r.partition != home_of("viral", 4))
     assert rebuilt.shards == plan.shards and plan.active_from <= rebuilt.active_from <= moved_first
