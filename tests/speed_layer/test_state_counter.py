@@ -353,6 +353,8 @@ async def test_counts_equal_the_oracle_on_a_redis_cluster(settings: Settings, re
         restored = await _worker(on_cluster, client)
         assert restored.owned[0].state.offset >= 0
         _at_every_edge(cluster, settings, events)  # type: ignore[arg-type]
+        for video in {e.video_id for e in events if e.type == "heartbeat"}:
+            await _watching_equals_the_oracle(client, video, events)
     finally:
         await client.aclose()
         cluster.flushall()
