@@ -474,11 +474,12 @@ class PartitionState:
         return entry
 
     def snapshot(self) -> dict[str, object]:
-        """Every entry (after `trim`), in the changelog entry's layout."""
+        """Every entry (after `trim`), in the changelog entry's layout: the tables themselves, not
+        copies (encode it before the state changes again)."""
         self._settle()
         entry: dict[str, object] = {"offset": self.offset, "newest": self.newest_ingest, "sketches": {}}
         for table in TABLES:
-            entry[table] = dict(getattr(self, table))
+            entry[table] = getattr(self, table)
         return entry
 
     def load(self, entry: Entry) -> None:
@@ -528,10 +529,18 @@ class PartitionState:
         _drop_front(self.windows, floor)
         self.counts = {k: v for k, v in self.counts.items() if int(k.rpartition(SEP)[2]) >= oldest}
         self.platform = {k: v for k, v in self.platform.items() if int(k) >= oldest}
-        present = self.newest_ingest - PRESENCE_KEEP_MS
-        self.beats = {k: v for k, v in self.beats.items() if v[0] >= present}
-        self.leaves = {k: v for k, v in self.leaves.items() if v >= present}
-        self._watching = None
+        # Presence by whole seconds, as `watching` counts it: a leave goes with the beats before it,
+        # and the seconds kept need no recount.
+        present = _presence_second(self.newest_ingest - PRESENCE_KEEP_MS)
+        self.beats = {k: v for k, v in self.beats.items() if _presence_second(v[0]) >= present}
+        self.leaves = {k: v for k, v in self.leaves.items() if _presence_second(v) >= present}
+        if self._watching is not None:
+            for video, seconds in list(self._watching.items()):
+                kept = {second: n for second, n in seconds.items() if second >= present}
+                if kept:
+                    self._watching[video] = kept
+                else:
+                    del self._watching[video]
 
 
 def _drop_front(entries: dict[str, tuple[Any, ...]], floor: int) -> None:
