@@ -9,6 +9,7 @@ import msgspec
 
 from counting import oracle, rules
 from counting.event import Event
+from speed_layer.counter import PRESENCE_KEEP_MS
 from speed_layer.judge import QUALIFIED
 from speed_layer.state import NO_ROUTE, SEP, Entry, PartitionState
 
@@ -129,3 +130,42 @@ def test_a_heartbeat_restored_from_the_earlier_layout_still_watches() -> None:
     assert _watching(restored, "v1", T0 + 1_000) == 1
     restored.presence(_presence("leave", 2, "v1", "a1", T0 + 10))
     assert _watching(restored, "v1", T0 + 1_000) == 0
+
+
+def test_a_trim_keeps_the_sessions_watching_that_a_reader_may_still_count() -> None:
+    """Heartbeats and leaves over half an hour, then a trim (as before a snapshot): for every moment
+    a reader may still ask about (from PRESENCE_KEEP_MS - PRESENCE_MS before the newest event on), the
+    sessions watching equal the oracle's, and again after a restore of the trimmed state."""
+    rng = random.Random(9)
+    events = [
+        _presence(
+            "leave" if rng.random() < 0.25 else "heartbeat",
+            n,
+            "v1",
+            f"s{rng.randrange(400)}",
+            T0 + rng.randrange(0, 1_800_000, 500),
+        )
+        for n in range(3_000)
+    ]
+    newest = T0 + 1_800_700
+    edge = (newest - PRESENCE_KEEP_MS) // 1000 * 1000  # the oldest second a reader may still count
+    events += [  # a session that beat and left in that second, before the trim's cut to the ms
+        _presence("heartbeat", 3_000, "v1", "edge", edge + 100),
+        _presence("leave", 3_001, "v1", "edge", edge + 200),
+        _presence("heartbeat", 3_002, "v1", "last", newest),
+    ]
+    state = PartitionState(bucket_ms=60_000, retention_ms=48 * HOUR, horizon_ms=HOUR)
+    for event in events:
+        state.arrive(event.ingest_ts or 0)
+        state.presence(event)
+    beats = len(state.beats)
+    state.trim()
+    assert 0 < len(state.beats) < beats
+    restored = PartitionState(bucket_ms=60_000, retention_ms=48 * HOUR, horizon_ms=HOUR)
+    restored.load(msgspec.msgpack.decode(msgspec.msgpack.encode(state.snapshot()), type=Entry))
+    checked = 0
+    for now in range(newest - PRESENCE_KEEP_MS + rules.PRESENCE_MS, newest + rules.PRESENCE_MS, 1_300):
+        expected = oracle.watching_now(events, now).get("v1", 0)
+        assert _watching(state, "v1", now) == expected == _watching(restored, "v1", now), now
+        checked += expected
+    assert checked
