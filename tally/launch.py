@@ -17,7 +17,7 @@ from counting import keys, redisconn
 from counting.settings import Settings
 from tally.errors import StackError
 from tally.services import is_listening, start_broker, start_redis, wait_for_port
-from tally.stack import BROKER_FORGETS, LISTENS, LOCAL_HOSTS, Process, Stack, kind_and_instance
+from tally.stack import BROKER_FORGETS, LISTENS, LOCAL_HOSTS, Process, Stack, adopt, kind_and_instance
 
 # How long a started worker may take to listen: a Faust worker imports, then joins its group, in
 # seconds on an idle machine; twice the old 30 s, which a loaded 2-core machine once exceeded.
@@ -72,7 +72,8 @@ def ensure_service(stack: Stack, name: str, change: Change) -> bool:
         )
     log_dir = stack.settings.run_dir / "logs"
     service = start_broker(port, log_dir) if name == "broker" else start_redis(port, log_dir)
-    process = Process(name, service.process.pid, str(service.log), service.process)
+    # Adopted: the stack outlives this command, and its Popen must not be collected while it runs.
+    process = Process(name, service.process.pid, str(service.log), adopt(service.process))
     stack.add(process)
     change.started.append(process)
     return True

@@ -155,9 +155,13 @@ def stop_together(processes: list[Process], timeout: float = 15.0) -> None:
     deadline = time.monotonic() + 5.0
     while any(p.alive() for p in processes) and time.monotonic() < deadline:
         time.sleep(0.05)
+    # A process read back from a record has no Popen; if this process started it, its adopted one
+    # is waited on all the same (else Python warns it "is still running" when it is collected).
+    children = {child.pid: child for child in _CHILDREN}
     for process in processes:
-        if process.popen is not None:
-            process.popen.wait()
+        popen = process.popen or children.get(process.pid)
+        if popen is not None:
+            popen.wait()
 
 
 @dataclass
