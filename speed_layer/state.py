@@ -200,10 +200,10 @@ class PartitionState:
                 second = _presence_second(ingest_ts)
                 seconds[second] = seconds.get(second, 0) + 1
             self._changed_beats.add(key)
-        elif ingest_ts > self.leaves.get(key, -1):
+        elif ingest_ts > (left := self.leaves.get(key, -1)):
             beat = self.beats.get(key)
-            if beat is not None and self.leaves.get(key, -1) < beat[0] <= ingest_ts:
-                self._watch(event.video_id, beat[0], -1)  # it watched until this leave
+            if beat is not None and left < beat[0] <= ingest_ts:
+                self._watch(video, beat[0], -1)  # it watched until this leave
             self.leaves[key] = ingest_ts
             self.changes.keys["leaves"].add(key)
 
@@ -224,7 +224,7 @@ class PartitionState:
 
     def _watch(self, video: str, ingest_ts: int, by: int) -> None:
         seconds = self.watching_of(video)
-        second = rules.presence_second(ingest_ts)
+        second = _presence_second(ingest_ts)
         n = seconds.get(second, 0) + by
         if n:
             seconds[second] = n
