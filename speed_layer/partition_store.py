@@ -5,6 +5,7 @@ back into a `PartitionState`."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any, cast
 
@@ -32,8 +33,19 @@ end"""
 
 # Changelog entries and snapshots are stored compressed (Zstandard's fastest level: about a third of
 # the msgpack bytes, at some 300 MB/s); a value written before, plain msgpack, still reads.
-_compress = zstandard.ZstdCompressor(level=1).compress
-_decompress = zstandard.ZstdDecompressor().decompress
+
+
+class _Zstd(threading.local):
+    """A compressor and a decompressor per thread: a Zstandard context is not thread safe (the
+    worker compresses a snapshot in a thread while its loop compresses the next changelog entries;
+    sharing one context crashed the process with a segmentation fault)."""
+
+    def __init__(self) -> None:
+        self.compress = zstandard.ZstdCompressor(level=1).compress
+        self.decompress = zstandard.ZstdDecompressor().decompress
+
+
+_zstd = _Zstd()
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
@@ -48,17 +60,17 @@ def packed(entry: dict[str, object]) -> bytes:
 
 def compress(raw: bytes) -> bytes:
     """What `encode` stores of a `packed` entry (Zstandard releases the GIL while it compresses)."""
-    return _compress(raw)
+    return _zstd.compress(raw)
 
 
 def decode(raw: bytes) -> dict[str, Any]:
-    return _decoder.decode(_decompress(raw) if raw.startswith(_ZSTD_MAGIC) else raw)
+    return _decoder.decode(_zstd.decompress(raw) if raw.startswith(_ZSTD_MAGIC) else raw)
 
 
 def decode_entry(raw: bytes, what: str) -> Entry:
     """A changelog entry or snapshot, typed as `state.Entry` (decoded straight into the tables'
     values: about three times faster than plain msgpack, which restoring is mostly made of)."""
-    plain = _decompress(raw) if raw.startswith(_ZSTD_MAGIC) else raw
+    plain = _zstd.decompress(raw) if raw.startswith(_ZSTD_MAGIC) else raw
     try:
         return _entry_decoder.decode(plain)
     except msgspec.ValidationError as exc:
