@@ -36,6 +36,7 @@ from tally.stack import start_stack
 RESULTS = Path(__file__).parent / "results"
 TRACER_EVERY_S = 0.1
 POLL_EVERY_S = 0.005
+WINDOW_S = 30
 
 
 def _loader(ingest_url: str, key: str, rate: float, seconds: float, seed: int, sent: Any) -> None:
@@ -75,8 +76,9 @@ def _loader(ingest_url: str, key: str, rate: float, seconds: float, seed: int, s
                 sent.value += answer.json()["accepted"]
 
 
-def _tracers(ingest_url: str, key: str, serving_url: str, seconds: float) -> list[float]:
-    """Post a tracer view every TRACER_EVERY_S; the latency of each (ms) from ack to visible."""
+def _tracers(ingest_url: str, key: str, serving_url: str, seconds: float) -> list[tuple[float, float]]:
+    """Post a tracer view every TRACER_EVERY_S; of each, when it was acknowledged (s into the run)
+    and its latency (ms) from ack to visible (inf: never seen)."""
     acked: list[float] = []
     seen: dict[int, float] = {}
     stop = threading.Event()
@@ -117,9 +119,23 @@ def _tracers(ingest_url: str, key: str, serving_url: str, seconds: float) -> lis
         time.sleep(0.05)
     stop.set()
     poller.join(5)
-    return [(seen[k] - acked[k - 1]) * 1000 for k in range(1, len(acked) + 1) if k in seen] + [
-        float("inf") for k in range(1, len(acked) + 1) if k not in seen
+    first = acked[0] if acked else 0.0
+    return [
+        (acked[k - 1] - first, (seen[k] - acked[k - 1]) * 1000 if k in seen else float("inf"))
+        for k in range(1, len(acked) + 1)
     ]
+
+
+def _by_window(tracers: list[tuple[float, float]]) -> dict[str, float]:
+    """p99 of the tracers acknowledged in each WINDOW_S of the run ("0-30": the first 30 s): a
+    counter that falls behind shows a growing tail, where the run's p99 alone hides when."""
+    windows: dict[int, list[float]] = {}
+    for at, latency in tracers:
+        windows.setdefault(int(at // WINDOW_S), []).append(latency)
+    return {
+        f"{w * WINDOW_S}-{(w + 1) * WINDOW_S}": round(_percentile(samples, 0.99), 1)
+        for w, samples in sorted(windows.items())
+    }
 
 
 def _percentile(samples: list[float], q: float) -> float:
@@ -173,13 +189,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 time.sleep(0.1)
             print(f"loading at {args.rate:.0f} events/s with tracers", file=sys.stderr)
             started = time.monotonic()
-            latencies = _tracers(ingest, key, serving, args.seconds - 4)
+            tracers = _tracers(ingest, key, serving, args.seconds - 4)
             for loader in loaders:
                 loader.join(args.seconds + 60)
             elapsed = time.monotonic() - started
         finally:
             stack.stop()
             stop_cluster(settings)
+    latencies = [latency for _, latency in tracers]
     result = {
         "benchmark": "freshness",
         "counter_state": settings.counter_state,
@@ -190,6 +207,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "p50_ms": round(_percentile(latencies, 0.5), 1),
         "p99_ms": round(_percentile(latencies, 0.99), 1),
         "max_ms": round(max(latencies), 1),
+        "p99_ms_by_window": _by_window(tracers),
         "machine": machine(),
     }
     RESULTS.mkdir(exist_ok=True)
