@@ -245,18 +245,26 @@ def restart_one(settings: Settings, name: str, reset: bool = False) -> Change:
 
 
 def stack_status(settings: Settings) -> list[tuple[str, Process | None, str]] | None:
-    """Each recorded process with 'running' or 'exited', and each worker missing from the record as
-    'not running'; None when no stack is recorded under the data directory."""
+    """Each recorded process with 'running' or 'exited' (with its log and the command that starts it
+    again), and each worker missing from the record as 'not running'; None when no stack is recorded
+    under the data directory."""
     if not (settings.run_dir / STATE_FILE).exists():
         return None
     stack = load_stack(settings)
     rows: list[tuple[str, Process | None, str]] = [
-        (p.name, p, "running" if p.alive() else "exited") for p in stack.processes
+        (p.name, p, "running" if p.alive() else _exited(stack.settings, p)) for p in stack.processes
     ]
     rows += [
         (name, None, "not running") for name in process_names(stack.settings) if stack.find(name) is None
     ]
     return rows
+
+
+def _exited(settings: Settings, process: Process) -> str:
+    return (
+        f"exited (its log: {process.log}); start it again with"
+        f" '{command_line(settings, f'start {process.name}')}'"
+    )
 
 
 def _pids(processes: list[Process]) -> str:

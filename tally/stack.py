@@ -192,7 +192,9 @@ class Stack:
             popen = adopt(
                 subprocess.Popen(
                     [sys.executable, *WORKERS[kind], *extra],
-                    env=settings_env(self.settings),
+                    # A crash in a C extension (a segmentation fault) writes the Python stack of
+                    # every thread to the log before the process dies.
+                    env={**settings_env(self.settings), "PYTHONFAULTHANDLER": "1"},
                     stdout=handle,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,

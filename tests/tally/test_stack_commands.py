@@ -196,6 +196,37 @@ def test_restart_counter_keeps_the_others_and_counts_again(running: tuple[Settin
 
 @pytest.mark.integration
 @pytest.mark.slow
+def test_a_crashed_worker_leaves_its_stack_in_the_log_and_status_says_how_to_start_it(
+    running: tuple[Settings, Result],
+) -> None:
+    settings, _ = running
+    _send(settings, seed=3)
+    _served_equals_the_oracle(settings)
+    before = _pids(settings)
+    log = settings.run_dir / "logs" / "counter.log"
+
+    os.kill(before["counter"], signal.SIGSEGV)  # as a fault in a C extension would
+    wait_until(lambda: not _alive(before["counter"]), 30, "the counter dying")
+
+    assert "Fatal Python error: Segmentation fault" in log.read_text(errors="replace")
+    status = _tally(settings, "status")
+    assert status.exit_code == 0, status.output
+    assert (
+        f"counter    pid {before['counter']:<7} exited (its log: {log}); start it again with"
+        f" 'tally start counter --data-dir {settings.data_dir}'" in status.output
+    )
+    assert f"archiver   pid {before['archiver']:<7} running" in status.output
+
+    started = _tally(settings, "start", "counter")
+
+    assert started.exit_code == 0, started.output
+    assert _alive(_pids(settings)["counter"])
+    _send(settings, seed=4)
+    _served_equals_the_oracle(settings)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
 def test_stop_then_start_one_worker(running: tuple[Settings, Result]) -> None:
     settings, _ = running
     before = _pids(settings)
