@@ -152,8 +152,10 @@ def partition_tag(topic: str, partition: int) -> str:
 def partition_state(topic: str, partition: int, part: str) -> str:
     """A key of a partition's counter state, all sharing the partition's hash tag: `offset` (the last
     offset committed), `sunk` (the last offset whose counts reached the read keys), `owner` (the
-    generation of the worker that owns it), `log` (the changelog: a list of entries since the
-    snapshot) and `snapshot`."""
+    generation of the worker that owns it), `log` (the changelog: a list of entries from the
+    snapshot's first batch on), `chunks` (the snapshot: a list of chunks), `chunks:next` and
+    `chunks:mark` (a snapshot being built, `speed_layer/snapshot.py`) and `snapshot` (the whole
+    snapshot an earlier version wrote, read until the first build replaces it)."""
     return f"{PREFIX}:{partition_tag(topic, partition)}:{part}"
 
 

@@ -1,11 +1,13 @@
 """Where a partition's counter state lives in Redis, all under the partition's hash tag (one Redis
-Cluster slot): its owner generation, its committed offset, its changelog since the last snapshot,
-and the snapshot. `commit.lua` commits a micro-batch; restoring reads the snapshot and the changelog
-back into a `PartitionState`."""
+Cluster slot): its owner generation, its committed offset, its changelog, and its snapshot as a
+list of chunks (`speed_layer/snapshot.py`; a single value, `snapshot`, before). `commit.lua`
+commits a micro-batch and, with it, a chunk of a snapshot being built; restoring reads the
+snapshot and the changelog back into a `PartitionState`."""
 
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -77,9 +79,24 @@ def decode_entry(raw: bytes, what: str) -> Entry:
         raise UnknownLayout(what, plain, f"state.Entry: {exc}") from None
 
 
-def _keys(topic: str, partition: int) -> tuple[str, str, str, str, str]:
-    parts = ("offset", "owner", "log", "snapshot", "sketches")
-    return tuple(keys.partition_state(topic, partition, p) for p in parts)  # type: ignore[return-value]
+_PARTS = ("offset", "owner", "log", "snapshot", "sketches", "chunks", "chunks:next", "chunks:mark")
+# What commit.lua answers of a batch's snapshot chunk: refused (not the next one of the build: a
+# build begun by an earlier commit that did not store it), stored, or stored as the last one.
+CHUNK_REFUSED, CHUNK_STORED, SNAPSHOT_SWITCHED = 0, 1, 2
+
+
+def _keys(topic: str, partition: int) -> list[str]:
+    return [keys.partition_state(topic, partition, p) for p in _PARTS]
+
+
+@dataclass
+class Chunk:
+    """A chunk of a snapshot being built, committed with a batch: its index in the build, its
+    bytes (msgpack when planned, compressed by the write) and whether it is the last."""
+
+    index: int
+    data: bytes
+    last: bool
 
 
 class PartitionStore:
@@ -94,7 +111,7 @@ class PartitionStore:
         earlier owner, still in flight, are refused from now on."""
         async with self._client.pipeline(transaction=False) as pipe:
             for partition in partitions:
-                pipe.incr(_keys(self._topic, partition)[1])
+                pipe.incr(keys.partition_state(self._topic, partition, "owner"))
             generations = await pipe.execute()
         return {p: int(g) for p, g in zip(partitions, generations, strict=True)}
 
@@ -102,21 +119,25 @@ class PartitionStore:
         """The owner generation of each partition now (0: never claimed)."""
         async with self._client.pipeline(transaction=False) as pipe:
             for partition in partitions:
-                pipe.get(_keys(self._topic, partition)[1])
+                pipe.get(keys.partition_state(self._topic, partition, "owner"))
             found = await pipe.execute()
         return {p: int(g or 0) for p, g in zip(partitions, found, strict=True)}
 
     async def restore(self, partition: int, state: PartitionState) -> dict[str, Any] | None:
-        """Load the partition's snapshot and changelog into `state`; return the last entry (the one
-        whose counts may not have reached the read keys yet), None when nothing was committed."""
-        _, _, log, snapshot, sketches = _keys(self._topic, partition)
+        """Load the partition's snapshot (its chunks, or the single value an earlier version wrote)
+        and changelog into `state`; return the last entry (the one whose counts may not have
+        reached the read keys yet), None when nothing was committed."""
+        _, _, log, snapshot, sketches, chunks, _, _ = _keys(self._topic, partition)
         async with self._client.pipeline(transaction=False) as pipe:
             pipe.get(snapshot)
+            pipe.lrange(chunks, 0, -1)
             pipe.lrange(log, 0, -1)
             pipe.get(sketches)
-            raw_snapshot, raw_entries, raw_sketches = await pipe.execute()
+            raw_snapshot, raw_chunks, raw_entries, raw_sketches = await pipe.execute()
         if raw_snapshot is not None:
             state.load(decode_entry(raw_snapshot, f"the snapshot of partition {partition}"))
+        for n, raw in enumerate(raw_chunks):
+            state.load(decode_entry(raw, f"the snapshot of partition {partition} (chunk {n})"))
         last: Entry | None = None
         for raw in raw_entries:
             last = decode_entry(raw, f"a changelog entry of partition {partition}")
@@ -134,23 +155,25 @@ class PartitionStore:
                 raise answer
 
     async def commit(
-        self, commits: list[tuple[int, int, int, bytes, bytes, bool, bytes | None]]
-    ) -> list[tuple[int, int]]:
+        self, commits: list[tuple[int, int, int, bytes, bytes, bool, Chunk | None]]
+    ) -> list[tuple[int, int, int]]:
         """Commit entries, one per (partition, generation, last offset, entry, sketch digests,
-        whether the offset may stay where it is, snapshot or None), in one pipeline; answer
-        (COMMITTED, ALREADY or FENCED, the offset or owner) for each."""
+        whether the offset may stay where it is, snapshot chunk or None), in one pipeline; answer
+        (COMMITTED, ALREADY or FENCED, the offset or owner, what became of the chunk: CHUNK_REFUSED
+        when there was none) for each."""
         calls = []
-        for partition, generation, last, entry, sketches, same_offset, snapshot in commits:
-            offset, owner, log, snap, sketch_key = _keys(self._topic, partition)
+        for partition, generation, last, entry, sketches, same_offset, chunk in commits:
+            offset, owner, log, snap, sketch_key, chunks, building, mark = _keys(self._topic, partition)
             args: list[Any] = [owner, log, snap, sketch_key, generation, last, entry, sketches]
-            args.append("1" if same_offset else "0")
-            if snapshot is not None:
-                args.append(snapshot)
+            args += ["1" if same_offset else "0", chunks, building, mark]
+            if chunk is not None:
+                args += [chunk.index, "1" if chunk.last else "0", chunk.data]
             calls.append((offset, args))
         answers = await eval_each(self._client, LUA, calls)
         found = []
         for answer in answers:
             if isinstance(answer, Exception):
                 raise answer
-            found.append((int(answer[0]), int(answer[1])))
+            stored = int(answer[2]) if len(answer) > 2 else CHUNK_REFUSED
+            found.append((int(answer[0]), int(answer[1]), stored))
         return found

@@ -45,18 +45,30 @@ from speed_layer.handoff import (
 )
 from speed_layer.hot import HotVideos
 from speed_layer.judge import REACTION, judge_view
-from speed_layer.partition_store import ALREADY, FENCED, PartitionStore, compress, encode, packed
+from speed_layer.partition_store import (
+    ALREADY,
+    CHUNK_REFUSED,
+    COMMITTED,
+    FENCED,
+    SNAPSHOT_SWITCHED,
+    Chunk,
+    PartitionStore,
+    compress,
+    encode,
+    packed,
+)
 from speed_layer.records import Record, by_partition, decode_record
 from speed_layer.redis_writer import WriteResult
 from speed_layer.regions import Publish, components_of
 from speed_layer.sink import SinkPlan, merged, plan_sink, sink
+from speed_layer.snapshot import SnapshotBuild
 from speed_layer.state import PartitionState
 from speed_layer.state_plan import Commit, Owned, StatePlan
 from speed_layer.windows import ViewWindows
 
 T = TypeVar("T")
 _encoder = msgspec.msgpack.Encoder()
-# A snapshot replaces the changelog once the entries since the last one weigh more than it (and at
+# A snapshot build begins once the changelog entries since the last one weigh more than it (and at
 # least this much): restore reads at most about twice the state.
 MIN_LOG_BYTES = 1 << 20
 
@@ -90,6 +102,7 @@ class StateCounter:
         self.hot = HotVideos(settings.hot_video_events_per_sec, settings.max_video_shards)
         self.bot_rules = RulesInUse(settings.bot_rules_file)
         self.owned: dict[int, Owned] = {}
+        self._chunked = -1  # the partition that took the last snapshot chunk
         # The assignment callback and a batch whose records came before it may claim at once: one
         # at a time, or the second would fence the first one's batch in flight.
         self._claiming = asyncio.Lock()
@@ -219,9 +232,12 @@ class StateCounter:
                 commits[partition] = Commit(
                     partition, owned.generation, owned.state.offset + 1, owned.state.offset
                 )
-        snapshotted = False  # one partition's snapshot a batch: each pauses the loop (~0.2 s a 25 MB one)
-        for partition, commit in commits.items():
-            snapshotted |= self._seal(self.owned[partition], commit, not snapshotted)
+        # One snapshot chunk a batch (each pauses the loop ~20 ms), the partitions taking turns from
+        # the one after the last that took one.
+        chunked = False
+        for partition in sorted(commits, key=lambda p: (p - self._chunked - 1) % partitions):
+            if self._seal(self.owned[partition], commits[partition], not chunked):
+                chunked, self._chunked = True, partition
         metrics.PLAN_SECONDS.observe(time.perf_counter() - started)
         plan = StatePlan([], dead_letters, hot, list(commits.values()), self._settings.events_topic)
         return PlannedBatch(len(records), plan, started)
@@ -262,10 +278,10 @@ class StateCounter:
             for video, plan in owned.state.plans.items()
         }
 
-    def _seal(self, owned: Owned, commit: Commit, may_snapshot: bool = True) -> bool:
-        """Take a partition's changes into its commit: the changelog entry, the sketches, a snapshot
-        when the changelog outweighs the last one (and `may_snapshot`), the plans to announce and the
-        hand-offs due. Whether it took a snapshot."""
+    def _seal(self, owned: Owned, commit: Commit, may_chunk: bool = True) -> bool:
+        """Take a partition's changes into its commit: the changelog entry, the sketches, the next
+        chunk of a snapshot build (begun when the changelog outweighs the last snapshot; if
+        `may_chunk`), the plans to announce and the hand-offs due. Whether it took a chunk."""
         state = owned.state
         commit.same_offset = commit.last_offset < commit.first_offset and state.changed
         if commit.last_offset < commit.first_offset and not commit.same_offset:
@@ -273,6 +289,10 @@ class StateCounter:
         due = state.closing(self._settings.delivery_timeout_ms)
         commit.closing = [v for v in due if v not in owned.handing]
         owned.handing.update(commit.closing)
+        outweighs = owned.log_bytes > max(owned.snapshot_bytes, MIN_LOG_BYTES)
+        begin = may_chunk and owned.build is None and outweighs
+        if begin:
+            state.trim()  # its drops of markers, windows and presence go in this batch's entry
         commit.entry = state.delta()
         plans: dict[str, list[int] | None] = commit.entry["plans"]  # type: ignore[assignment]
         commit.announce = {v: ShardPlan(p[0], p[1]) for v, p in plans.items() if p is not None and not p[2]}
@@ -281,14 +301,18 @@ class StateCounter:
         commit.sketches = _encoder.encode(commit.entry["sketches"])
         entry_bytes = len(commit.encoded)
         owned.log_bytes += entry_bytes
-        if may_snapshot and owned.log_bytes > max(owned.snapshot_bytes, MIN_LOG_BYTES):
-            state.trim()
-            # Compressed by `write` in a thread (a 250,000-event partition's takes ~50 ms), while the
-            # loop goes on; its stored size replaces this one then.
-            commit.snapshot = packed(state.snapshot())
-            owned.snapshot_bytes, owned.log_bytes = len(commit.snapshot), entry_bytes
-            return True
-        return False
+        if begin:  # its first chunk goes with this batch, whose entry a restore loads after the chunks
+            owned.build = SnapshotBuild(state)
+        build = owned.build
+        if build is None:
+            return False
+        build.log_bytes += entry_bytes
+        if not may_chunk or build.planned_all:
+            return False
+        # Compressed by `write` in a thread, while the loop goes on.
+        index, chunk, last = build.next_chunk()
+        commit.chunk, commit.build = Chunk(index, packed(chunk), last), build
+        return True
 
     def _apply(self, state: PartitionState, event: Any, bot_filter: Any, commit: Commit) -> None:
         here = accepted_here(event, self._region)
@@ -322,10 +346,9 @@ class StateCounter:
         started = time.perf_counter()
         commits: list[Commit] = [c for c in plan.commits if c.due]
         for c in commits:
-            if c.snapshot is not None:
-                c.snapshot = await asyncio.to_thread(compress, c.snapshot)
-                if (owned := self.owned.get(c.partition)) is not None:
-                    owned.snapshot_bytes = len(c.snapshot)
+            if c.chunk is not None and c.build is not None:
+                c.chunk.data = await asyncio.to_thread(compress, c.chunk.data)
+                c.build.stored_bytes += len(c.chunk.data)
         answers = await self._retry(
             lambda: self._store.commit(
                 [
@@ -336,7 +359,7 @@ class StateCounter:
                         c.encoded,
                         c.sketches,
                         c.same_offset,
-                        c.snapshot,
+                        c.chunk,
                     )
                     for c in commits
                 ]
@@ -344,9 +367,11 @@ class StateCounter:
         )
         results = []
         committed: list[tuple[Commit, Owned | None, PartitionState]] = []
-        for commit, (status, value) in zip(commits, answers, strict=True):
+        for commit, (status, value, chunk) in zip(commits, answers, strict=True):
             fenced = status == FENCED
             owned = self.owned.get(commit.partition)
+            if owned is not None and commit.build is not None and owned.build is commit.build:
+                self._built(owned, commit.build, chunk if status == COMMITTED else CHUNK_REFUSED)
             if fenced:
                 if owned is not None and owned.generation == commit.generation:
                     del self.owned[commit.partition]  # another worker owns it now
@@ -397,6 +422,16 @@ class StateCounter:
                     rejected[name] = rejected.get(name, 0) + n
         observe_batch(report, rejected, batch.planned_at)
         return report
+
+    @staticmethod
+    def _built(owned: Owned, build: SnapshotBuild, chunk: int) -> None:
+        """What became of a build's chunk: the build goes on, ends (the snapshot switched: the next
+        one is due once the changelog outweighs it), or is dropped (a chunk not stored: the next
+        batch begins another)."""
+        if chunk == SNAPSHOT_SWITCHED:
+            owned.snapshot_bytes, owned.log_bytes, owned.build = build.stored_bytes, build.log_bytes, None
+        elif chunk == CHUNK_REFUSED:
+            owned.build = None
 
     def _plan_sink(self, entry: dict[str, Any], state: PartitionState, partition: int) -> SinkPlan:
         s = self._settings

@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from counting.values import ShardPlan
+from speed_layer.partition_store import Chunk
 from speed_layer.plan import CounterPlan
+from speed_layer.snapshot import SnapshotBuild
 from speed_layer.state import PartitionState
 
 
@@ -28,7 +30,8 @@ class Commit:
     skipped: int = 0
     held: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
-    snapshot: bytes | None = None  # msgpack when planned; compressed by the write (once: one write a plan)
+    chunk: Chunk | None = None  # of a snapshot build: msgpack when planned, compressed by the write
+    build: SnapshotBuild | None = None  # the build the chunk is of
     encoded: bytes = b""
     sketches: bytes = b""
     same_offset: bool = False  # no new record, but changes (a hand-off taken over, a plan)
@@ -62,8 +65,9 @@ class StatePlan(CounterPlan):
 class Owned:
     state: PartitionState
     generation: int
-    log_bytes: int = 0
-    snapshot_bytes: int = 0
+    log_bytes: int = 0  # of the changelog entries a restore reads after the snapshot
+    snapshot_bytes: int = 0  # of the snapshot's chunks
+    build: SnapshotBuild | None = None  # a snapshot being built, a chunk a batch
     # Videos whose hand-off a planned commit will write: a batch planned while that commit is being
     # written does not write it again.
     handing: set[str] = field(default_factory=set)

@@ -34,7 +34,7 @@ async def _commit_as(settings: Settings, partition: int, generation: int) -> int
     client = async_client(settings)
     try:
         store = PartitionStore(client, settings.events_topic)
-        [(status, _)] = await store.commit([(partition, generation, 10**9, b"\x80", b"\x80", False, None)])
+        [(status, _, _)] = await store.commit([(partition, generation, 10**9, b"\x80", b"\x80", False, None)])
         return status
     finally:
         await client.aclose()

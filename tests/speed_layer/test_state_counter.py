@@ -25,9 +25,18 @@ from counting.wire import encode_events, partition_for, record_key
 from ingest.publisher import shard_for
 from serving_layer.reactions import read_user_reaction
 from serving_layer.speed import read_speed, unique_viewers_between
-from speed_layer import sink, state_counter
+from speed_layer import sink, snapshot, state_counter
 from speed_layer.archiver import ParquetLog
 from speed_layer.handoff import home_of
+from speed_layer.partition_store import (
+    CHUNK_REFUSED,
+    CHUNK_STORED,
+    COMMITTED,
+    SNAPSHOT_SWITCHED,
+    Chunk,
+    PartitionStore,
+    encode,
+)
 from speed_layer.plan import EXACT_VIEWERS_LIMIT
 from speed_layer.rebuild import rebuild
 from speed_layer.records import Record
@@ -204,7 +213,8 @@ async def _kill_at_random_moments(
         await real_sink(client, plan)  # type: ignore[arg-type]
 
     monkeypatch.setattr(state_counter, "sink", sink)
-    monkeypatch.setattr(state_counter, "MIN_LOG_BYTES", 2_000)  # snapshots along the way
+    monkeypatch.setattr(state_counter, "MIN_LOG_BYTES", 2_000)  # snapshots along the way,
+    monkeypatch.setattr(snapshot, "CHUNK_ENTRIES", 30)  # each built over several batches
     worker = await _worker(settings, aclient)
     acked, kills = 0, {"planned": 0, "committed": 0}
     while acked < len(records):
@@ -238,16 +248,33 @@ async def _kill_at_random_moments(
     _at_every_edge(redis_client, settings, events)
 
 
+@pytest.mark.parametrize("chunk_entries", [50_000, 40])
 async def test_a_restored_state_equals_the_state_it_was_built_from(
-    settings: Settings, aclient: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+    settings: Settings,
+    aclient: aioredis.Redis,
+    redis_client: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+    chunk_entries: int,
 ) -> None:
     monkeypatch.setattr(state_counter, "MIN_LOG_BYTES", 3_000)
-    events = Traffic(seed=44).mixed(n=600)
-    worker = await _count(settings, aclient, pack(events, PARTITIONS))
+    monkeypatch.setattr(snapshot, "CHUNK_ENTRIES", chunk_entries)  # a snapshot in one batch or many
+    records = pack(Traffic(seed=44).mixed(n=1_500), PARTITIONS)
+    worker = await _worker(settings, aclient)
+    restored_mid_build = False
+    for start in range(0, len(records), 7):
+        await worker.handle(records[start : start + 7])
+        building = [o.build for o in worker.owned.values() if o.build is not None]
+        if not restored_mid_build and any(b.chunks >= 2 and not b.planned_all for b in building):
+            # The next owner restores while a build is half stored, then counts on.
+            worker, restored_mid_build = await _restored_equals(settings, aclient, worker), True
+    assert restored_mid_build or chunk_entries == 50_000
+    assert any(_stored(redis_client, settings, p, "chunks") for p in range(PARTITIONS)), "a snapshot"
+    await _restored_equals(settings, aclient, worker)
+
+
+async def _restored_equals(settings: Settings, aclient: aioredis.Redis, worker: StateCounter) -> StateCounter:
+    """A new owner of every partition, whose restored state equals `worker`'s."""
     restored = await _worker(settings, aclient)
-    assert redis.Redis.from_url(settings.redis_url).exists(
-        keys.partition_state(settings.events_topic, 0, "snapshot")
-    ), "a snapshot replaced the changelog"
     for partition in range(PARTITIONS):
         mine, theirs = worker.owned[partition].state, restored.owned[partition].state
         assert theirs.offset == mine.offset
@@ -255,6 +282,66 @@ async def test_a_restored_state_equals_the_state_it_was_built_from(
             assert getattr(theirs, table) == getattr(mine, table), table
         assert theirs.viewers_of == mine.viewers_of
         assert all(type(v) is tuple for v in [*theirs.seen.values(), *theirs.windows.values()])
+    return restored
+
+
+def _stored(redis_client: redis.Redis, settings: Settings, partition: int, part: str) -> list[bytes]:
+    """A list of a partition's state as stored (its changelog, or its snapshot's chunks)."""
+    return redis_client.lrange(keys.partition_state(settings.events_topic, partition, part), 0, -1)  # type: ignore[return-value]
+
+
+async def test_a_snapshot_built_over_many_batches_replaces_the_changelog_before_it(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(state_counter, "MIN_LOG_BYTES", 3_000)
+    monkeypatch.setattr(snapshot, "CHUNK_ENTRIES", 100)
+    events = Traffic(seed=49).mixed(n=900)
+    records = pack(events, PARTITIONS)
+    worker = await _worker(settings, aclient)
+    batches, switched, entries_since = 0, 0, 0  # partition 0's entries since its build began
+    for start in range(0, len(records), 7):
+        batch = records[start : start + 7]
+        before = worker.owned[0].build
+        await worker.handle(batch)
+        batches += 1
+        after = worker.owned[0].build
+        committed = any(r.partition == 0 for r in batch)
+        entries_since = 1 if before is None else entries_since + committed
+        if before is not None and after is None:
+            switched += 1
+            # What a restore reads after the chunks: the changelog from the build's first batch on.
+            assert len(_stored(redis_client, settings, 0, "log")) == entries_since >= before.chunks > 1
+            chunks = _stored(redis_client, settings, 0, "chunks")
+            assert len(chunks) == before.chunks
+            assert worker.owned[0].snapshot_bytes == sum(map(len, chunks))
+            assert not redis_client.exists(keys.partition_state(settings.events_topic, 0, "chunks:next"))
+    assert switched >= 2, switched
+    assert len(_stored(redis_client, settings, 0, "log")) < batches / 2
+    _at_every_edge(redis_client, settings, events)
+
+
+async def test_a_chunk_that_is_not_the_next_of_its_build_is_refused(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
+) -> None:
+    store = PartitionStore(aclient, settings.events_topic)
+    generation = (await store.claim([0]))[0]
+    entry = encode({"offset": 0})
+
+    answers = await store.commit(
+        [
+            (0, generation, 0, entry, b"", False, Chunk(0, b"first", False)),
+            (0, generation, 1, entry, b"", False, Chunk(2, b"a chunk after a lost one", True)),
+            (0, generation, 2, entry, b"", False, Chunk(1, b"second", True)),
+        ]
+    )
+
+    assert answers == [
+        (COMMITTED, 0, CHUNK_STORED),
+        (COMMITTED, 1, CHUNK_REFUSED),
+        (COMMITTED, 2, SNAPSHOT_SWITCHED),
+    ]
+    assert _stored(redis_client, settings, 0, "chunks") == [b"first", b"second"]
+    assert len(_stored(redis_client, settings, 0, "log")) == 3  # from the build's first batch's entry on
 
 
 async def test_a_snapshot_is_stored_compressed_and_the_next_is_due_by_its_stored_size(
@@ -264,11 +351,11 @@ async def test_a_snapshot_is_stored_compressed_and_the_next_is_due_by_its_stored
     worker = await _count(settings, aclient, pack(Traffic(seed=47).mixed(n=600), PARTITIONS))
     snapshots = 0
     for partition, owned in worker.owned.items():
-        stored = redis_client.get(keys.partition_state(settings.events_topic, partition, "snapshot"))
-        if stored is not None:
+        stored = _stored(redis_client, settings, partition, "chunks")
+        if stored and owned.build is None:
             snapshots += 1
-            assert stored.startswith(b"\x28\xb5\x2f\xfd")  # Zstandard's frame
-            assert owned.snapshot_bytes == len(stored)  # compared with the changelog's stored bytes
+            assert all(chunk.startswith(b"\x28\xb5\x2f\xfd") for chunk in stored)  # Zstandard's frames
+            assert owned.snapshot_bytes == sum(map(len, stored))  # compared with the changelog's stored bytes
     assert snapshots > 0
 
 
@@ -277,13 +364,13 @@ async def test_a_snapshot_of_another_layout_is_refused_naming_the_partition(
 ) -> None:
     monkeypatch.setattr(state_counter, "MIN_LOG_BYTES", 3_000)
     await _count(settings, aclient, pack(Traffic(seed=45).mixed(n=600), PARTITIONS))
-    snapshot = keys.partition_state(settings.events_topic, 0, "snapshot")
-    stored = msgspec.msgpack.decode(zstandard.ZstdDecompressor().decompress(redis_client.get(snapshot)))
+    chunks = keys.partition_state(settings.events_topic, 0, "chunks")
+    stored = msgspec.msgpack.decode(zstandard.ZstdDecompressor().decompress(redis_client.lindex(chunks, 0)))
     # The first layout (09066bb) kept a marker as [ingest_ts, verdict], without the viewer's route.
     stored["seen"] = {marker: value[:2] for marker, value in stored["seen"].items()}
-    redis_client.set(snapshot, msgspec.msgpack.encode(stored))
+    redis_client.lset(chunks, 0, msgspec.msgpack.encode(stored))
 
-    with pytest.raises(UnknownLayout, match=r"the snapshot of partition 0 .*\$\.seen"):
+    with pytest.raises(UnknownLayout, match=r"the snapshot of partition 0 \(chunk 0\).*\$\.seen"):
         await _worker(settings, aclient)
 
 
@@ -293,21 +380,52 @@ async def test_a_state_stored_plain_by_an_earlier_version_restores(
     monkeypatch.setattr(state_counter, "MIN_LOG_BYTES", 3_000)
     worker = await _count(settings, aclient, pack(Traffic(seed=46).mixed(n=400), PARTITIONS))
     for partition in range(PARTITIONS):  # what an earlier version wrote: the same msgpack, not compressed
-        log = keys.partition_state(settings.events_topic, partition, "log")
-        snapshot = keys.partition_state(settings.events_topic, partition, "snapshot")
-        stored = [redis_client.get(snapshot), *redis_client.lrange(log, 0, -1)]
-        assert all(raw is None or raw.startswith(b"\x28\xb5\x2f\xfd") for raw in stored), "stored compressed"
-        plain = [zstandard.ZstdDecompressor().decompress(raw) for raw in stored if raw is not None]
-        assert all(len(p) > len(raw) for p, raw in zip(plain, filter(None, stored), strict=True))
-        if stored[0] is not None:
-            redis_client.set(snapshot, plain.pop(0))
-        redis_client.delete(log)
-        if plain:
-            redis_client.rpush(log, *plain)
+        for part in ("chunks", "log"):
+            key = keys.partition_state(settings.events_topic, partition, part)
+            stored = redis_client.lrange(key, 0, -1)
+            assert all(raw.startswith(b"\x28\xb5\x2f\xfd") for raw in stored), "stored compressed"
+            plain = [zstandard.ZstdDecompressor().decompress(raw) for raw in stored]
+            assert all(len(p) > len(raw) for p, raw in zip(plain, stored, strict=True))
+            redis_client.delete(key)
+            if plain:
+                redis_client.rpush(key, *plain)
     restored = await _worker(settings, aclient)
     for partition in range(PARTITIONS):
         mine, theirs = worker.owned[partition].state, restored.owned[partition].state
         assert theirs.offset == mine.offset
+        for table in TABLES:
+            assert getattr(theirs, table) == getattr(mine, table), table
+
+
+async def test_a_whole_snapshot_of_an_earlier_version_restores_and_the_next_build_replaces_it(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(state_counter, "MIN_LOG_BYTES", 3_000)
+    monkeypatch.setattr(snapshot, "CHUNK_ENTRIES", 200)
+    records = pack(Traffic(seed=50).mixed(n=1_200), PARTITIONS)
+    half = len(records) // 2
+    worker = await _count(settings, aclient, records[:half])
+    for partition, owned in worker.owned.items():  # as an earlier version stored it: one value, no log
+        for part in ("chunks", "chunks:next", "chunks:mark", "log"):
+            redis_client.delete(keys.partition_state(settings.events_topic, partition, part))
+        whole = encode(owned.state.snapshot())
+        redis_client.set(keys.partition_state(settings.events_topic, partition, "snapshot"), whole)
+    restored = await _worker(settings, aclient)
+    for partition in range(PARTITIONS):
+        mine, theirs = worker.owned[partition].state, restored.owned[partition].state
+        for table in TABLES:
+            assert getattr(theirs, table) == getattr(mine, table), table
+
+    for start in range(half, len(records), 7):
+        await restored.handle(records[start : start + 7])
+
+    switched = [p for p in range(PARTITIONS) if _stored(redis_client, settings, p, "chunks")]
+    assert switched, "a build completed"
+    for partition in switched:
+        assert not redis_client.exists(keys.partition_state(settings.events_topic, partition, "snapshot"))
+    again = await _worker(settings, aclient)
+    for partition in range(PARTITIONS):
+        mine, theirs = restored.owned[partition].state, again.owned[partition].state
         for table in TABLES:
             assert getattr(theirs, table) == getattr(mine, table), table
 
