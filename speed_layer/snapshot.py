@@ -27,9 +27,18 @@ from typing import Any
 
 from speed_layer.state import TABLES, PartitionState
 
-# Entries of the state's tables a chunk holds at most: encoding this many takes the loop some 20 ms,
-# and one chunk is encoded a micro-batch (`StateCounter._seal`).
+# The entries of the state's tables a micro-batch encodes into chunks (`StateCounter.plan`): this
+# many at least (some 20 ms of the loop), or CHUNK_ENTRIES_AN_EVENT for each event of the batch. A
+# build of N entries then spans N / CHUNK_ENTRIES_AN_EVENT events or fewer: with some 2.5 entries
+# an event of state, a fifth of the events the state holds, during which the changelog it keeps
+# grows (a restore reads it after the chunks) and the previous snapshot stays (a restore needs one).
 CHUNK_ENTRIES = 50_000
+CHUNK_ENTRIES_AN_EVENT = 12
+
+
+def chunk_budget(events: int) -> int:
+    """The entries a micro-batch of `events` events may encode into snapshot chunks."""
+    return max(CHUNK_ENTRIES, CHUNK_ENTRIES_AN_EVENT * events)
 
 
 class SnapshotBuild:
@@ -47,15 +56,15 @@ class SnapshotBuild:
         self.stored_bytes = 0  # of the chunks compressed so far (what Redis keeps)
         self.log_bytes = 0  # of the changelog entries from B0's on (what the switch keeps)
 
-    def next_chunk(self) -> tuple[int, dict[str, object], bool]:
-        """The next chunk's index, its entry (the changelog entry's layout, with at most
-        `CHUNK_ENTRIES` of the tables' entries) and whether it is the last one."""
+    def next_chunk(self, entries: int) -> tuple[int, dict[str, object], int, bool]:
+        """The next chunk's index, its entry (the changelog entry's layout, with at most `entries`
+        of the tables' entries), how many entries it holds and whether it is the last one."""
         chunk: dict[str, object] = {"offset": self.offset, "newest": self.newest, "sketches": {}}
-        left = CHUNK_ENTRIES
+        left = entries
         for table, items in self._items:
             part = dict(islice(items, left)) if left > 0 else {}
             chunk[table] = part
             left -= len(part)
         self.planned_all = left > 0  # every table's copy ran out before the chunk was full
         index, self.chunks = self.chunks, self.chunks + 1
-        return index, chunk, self.planned_all
+        return index, chunk, entries - left, self.planned_all

@@ -23,7 +23,7 @@ from counting.event import Event
 from counting.regions import Exchange, accepted_here
 from counting.settings import Settings
 from counting.values import ShardPlan
-from speed_layer import logs, metrics
+from speed_layer import logs, metrics, snapshot
 from speed_layer.counter_worker import (
     WORKER,
     BatchReport,
@@ -232,12 +232,13 @@ class StateCounter:
                 commits[partition] = Commit(
                     partition, owned.generation, owned.state.offset + 1, owned.state.offset
                 )
-        # One snapshot chunk a batch (each pauses the loop ~20 ms), the partitions taking turns from
-        # the one after the last that took one.
-        chunked = False
+        # Snapshot chunks of this batch's budget of entries (the loop's pause grows with the batch,
+        # never with the state), the partitions taking turns from the one after the last that took one.
+        budget = snapshot.chunk_budget(sum(c.events for c in commits.values()))
         for partition in sorted(commits, key=lambda p: (p - self._chunked - 1) % partitions):
-            if self._seal(self.owned[partition], commits[partition], not chunked):
-                chunked, self._chunked = True, partition
+            used = self._seal(self.owned[partition], commits[partition], budget)
+            if used:
+                budget, self._chunked = budget - used, partition
         metrics.PLAN_SECONDS.observe(time.perf_counter() - started)
         plan = StatePlan([], dead_letters, hot, list(commits.values()), self._settings.events_topic)
         return PlannedBatch(len(records), plan, started)
@@ -278,19 +279,19 @@ class StateCounter:
             for video, plan in owned.state.plans.items()
         }
 
-    def _seal(self, owned: Owned, commit: Commit, may_chunk: bool = True) -> bool:
+    def _seal(self, owned: Owned, commit: Commit, budget: int) -> int:
         """Take a partition's changes into its commit: the changelog entry, the sketches, the next
-        chunk of a snapshot build (begun when the changelog outweighs the last snapshot; if
-        `may_chunk`), the plans to announce and the hand-offs due. Whether it took a chunk."""
+        chunk of a snapshot build (begun when the changelog outweighs the last snapshot), of at
+        most `budget` entries, the plans to announce and the hand-offs due. The chunk's entries."""
         state = owned.state
         commit.same_offset = commit.last_offset < commit.first_offset and state.changed
         if commit.last_offset < commit.first_offset and not commit.same_offset:
-            return False  # every record was committed before: nothing to do
+            return 0  # every record was committed before: nothing to do
         due = state.closing(self._settings.delivery_timeout_ms)
         commit.closing = [v for v in due if v not in owned.handing]
         owned.handing.update(commit.closing)
         outweighs = owned.log_bytes > max(owned.snapshot_bytes, MIN_LOG_BYTES)
-        begin = may_chunk and owned.build is None and outweighs
+        begin = budget > 0 and owned.build is None and outweighs
         if begin:
             state.trim()  # its drops of markers, windows and presence go in this batch's entry
         commit.entry = state.delta()
@@ -305,14 +306,14 @@ class StateCounter:
             owned.build = SnapshotBuild(state)
         build = owned.build
         if build is None:
-            return False
+            return 0
         build.log_bytes += entry_bytes
-        if not may_chunk or build.planned_all:
-            return False
+        if budget <= 0 or build.planned_all:
+            return 0
         # Compressed by `write` in a thread, while the loop goes on.
-        index, chunk, last = build.next_chunk()
+        index, chunk, entries, last = build.next_chunk(budget)
         commit.chunk, commit.build = Chunk(index, packed(chunk), last), build
-        return True
+        return max(entries, 1)
 
     def _apply(self, state: PartitionState, event: Any, bot_filter: Any, commit: Commit) -> None:
         here = accepted_here(event, self._region)

@@ -214,7 +214,7 @@ async def _kill_at_random_moments(
 
     monkeypatch.setattr(state_counter, "sink", sink)
     monkeypatch.setattr(state_counter, "MIN_LOG_BYTES", 2_000)  # snapshots along the way,
-    monkeypatch.setattr(snapshot, "CHUNK_ENTRIES", 30)  # each built over several batches
+    _chunks_of(monkeypatch, 30)  # each built over several batches
     worker = await _worker(settings, aclient)
     acked, kills = 0, {"planned": 0, "committed": 0}
     while acked < len(records):
@@ -257,7 +257,7 @@ async def test_a_restored_state_equals_the_state_it_was_built_from(
     chunk_entries: int,
 ) -> None:
     monkeypatch.setattr(state_counter, "MIN_LOG_BYTES", 3_000)
-    monkeypatch.setattr(snapshot, "CHUNK_ENTRIES", chunk_entries)  # a snapshot in one batch or many
+    _chunks_of(monkeypatch, chunk_entries)  # a snapshot in one batch or many
     records = pack(Traffic(seed=44).mixed(n=1_500), PARTITIONS)
     worker = await _worker(settings, aclient)
     restored_mid_build = False
@@ -285,6 +285,36 @@ async def _restored_equals(settings: Settings, aclient: aioredis.Redis, worker: 
     return restored
 
 
+def _chunks_of(monkeypatch: pytest.MonkeyPatch, entries: int) -> None:
+    """Snapshot chunks of `entries` entries a batch, whatever its size."""
+    monkeypatch.setattr(snapshot, "CHUNK_ENTRIES", entries)
+    monkeypatch.setattr(snapshot, "CHUNK_ENTRIES_AN_EVENT", 0)
+
+
+async def test_a_batch_encodes_snapshot_chunks_of_its_budget_of_entries_at_most(
+    settings: Settings, aclient: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(state_counter, "MIN_LOG_BYTES", 1_000)
+    monkeypatch.setattr(snapshot, "CHUNK_ENTRIES", 25)
+    monkeypatch.setattr(snapshot, "CHUNK_ENTRIES_AN_EVENT", 2)
+    records = pack(Traffic(seed=52).mixed(n=1_200), PARTITIONS)
+    worker = await _worker(settings, aclient)
+    chunked = set()
+    for start in range(0, len(records), 5):
+        planned = worker.plan(records[start : start + 5])
+        commits = planned.plan.commits  # type: ignore[attr-defined]
+        events = sum(c.events for c in commits)
+        entries = 0
+        for c in commits:
+            if c.chunk is not None:
+                chunk = msgspec.msgpack.decode(c.chunk.data)
+                entries += sum(len(chunk[table]) for table in TABLES)
+                chunked.add(c.partition)
+        assert entries <= max(25, 2 * events), (entries, events)
+        await worker.write(planned)
+    assert chunked == set(range(PARTITIONS)), "every partition's build had its turns"
+
+
 def _stored(redis_client: redis.Redis, settings: Settings, partition: int, part: str) -> list[bytes]:
     """A list of a partition's state as stored (its changelog, or its snapshot's chunks)."""
     return redis_client.lrange(keys.partition_state(settings.events_topic, partition, part), 0, -1)  # type: ignore[return-value]
@@ -294,7 +324,7 @@ async def test_a_snapshot_built_over_many_batches_replaces_the_changelog_before_
     settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(state_counter, "MIN_LOG_BYTES", 3_000)
-    monkeypatch.setattr(snapshot, "CHUNK_ENTRIES", 100)
+    _chunks_of(monkeypatch, 100)
     events = Traffic(seed=49).mixed(n=900)
     records = pack(events, PARTITIONS)
     worker = await _worker(settings, aclient)
@@ -401,7 +431,7 @@ async def test_a_whole_snapshot_of_an_earlier_version_restores_and_the_next_buil
     settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(state_counter, "MIN_LOG_BYTES", 3_000)
-    monkeypatch.setattr(snapshot, "CHUNK_ENTRIES", 200)
+    _chunks_of(monkeypatch, 200)
     records = pack(Traffic(seed=50).mixed(n=1_200), PARTITIONS)
     half = len(records) // 2
     worker = await _count(settings, aclient, records[:half])
