@@ -11,7 +11,8 @@ state is the process's):
   objects instead of 700).
 
 Prints one line of JSON (per way, the median CPU an event of planning and of writing, the
-collector's passes by generation and their time) and writes bench/results/counter_cpu.json.
+longest plans of a batch, p50, p99 and max: the pauses of the worker's loop, a snapshot's encoding
+among them; the collector's passes by generation and their time) and writes bench/results/counter_cpu.json.
 """
 
 from __future__ import annotations
@@ -98,12 +99,14 @@ async def one_run(way: str, redis_url: str, events: int, batch_records: int) -> 
     passes = _Passes()
     gc.callbacks.append(passes)
     planning = writing = 0.0
+    per_batch: list[float] = []  # each batch's planning: the loop's pause (a snapshot's chunk, too)
     for start in range(0, len(records), batch_records):
         began = time.process_time()
         batch = counter.plan(records[start : start + batch_records])
         planned = time.process_time()
         await counter.write(batch)
         planning += planned - began
+        per_batch.append(planned - began)
         writing += time.process_time() - planned
     gc.callbacks.remove(passes)
     now_bucket = rules.bucket_of(int(time.time() * 1000), settings.bucket_ms)
@@ -114,8 +117,16 @@ async def one_run(way: str, redis_url: str, events: int, batch_records: int) -> 
         "write_us_per_event": round(writing / events * 1e6, 2),
         "gc_passes": passes.count,
         "gc_us_per_event": round(sum(passes.seconds) / events * 1e6, 2),
+        "plan_ms_p50": round(_quantile(per_batch, 0.5) * 1000, 1),
+        "plan_ms_p99": round(_quantile(per_batch, 0.99) * 1000, 1),
+        "plan_ms_max": round(max(per_batch) * 1000, 1),
         "counted": counted,
     }
+
+
+def _quantile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -148,7 +159,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for way, results in runs.items():
         figures[way] = {
             name: statistics.median(r[name] for r in results)
-            for name in ("plan_us_per_event", "write_us_per_event", "gc_us_per_event")
+            for name in (
+                "plan_us_per_event",
+                "write_us_per_event",
+                "gc_us_per_event",
+                "plan_ms_p50",
+                "plan_ms_p99",
+                "plan_ms_max",
+            )
         }
         figures[way]["counter_us_per_event"] = round(
             figures[way]["plan_us_per_event"] + figures[way]["write_us_per_event"], 2

@@ -23,4 +23,6 @@ def test_both_ways_count_the_same_and_the_figures_are_written(tmp_path: Path) ->
     assert counted[0]["events"] == 4000 and counted[0]["views"] > 0
     for way in counter_cpu.WAYS:
         assert result[f"{way}_counter_us_per_event"] > 0
+        pauses = [result[f"{way}_plan_ms_{q}"] for q in ("p50", "p99", "max")]
+        assert 0 < pauses[0] <= pauses[1] <= pauses[2], pauses
     assert json.loads(out.read_text()) == json.loads(json.dumps(result))
