@@ -51,12 +51,16 @@ def loadgen(
     """Generate realistic traffic (humans and labelled bots) to a file or the ingest API.
 
     Posts carry the collector key of TALLY_COLLECTOR_KEY, else of the local stack under the data
-    directory."""
-    from tally.traffic_run import generate_items, post_with_progress, write_jsonl
+    directory. Posted events' ids end with this run's tag, so running it again (with the same
+    seed too) sends new events, not copies the platform would drop; retries within a run stay
+    copies. With --out as well, the file holds the ids as posted."""
+    from tally.traffic_run import generate_items, post_with_progress, run_tagged, write_jsonl
 
     items = generate_items(events=events, rate=rate, seed=seed, videos=videos, bots=bots)
     if out is None and post is None:
         raise typer.BadParameter("give --out FILE or --post URL (or both)", param_hint="--out/--post")
+    if post is not None:
+        items = run_tagged(items)
     if out is not None:
         truth = write_jsonl(items, out)
         console.print(f"wrote {len(items)} events to {out} and the ground truth to {truth}")

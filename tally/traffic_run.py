@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,16 @@ def generate_items(
         bot_fraction=0.15 if bots else 0.0,
     )
     return list(generate(config))
+
+
+def run_tagged(items: list[Generated], started_ms: int | None = None) -> list[Generated]:
+    """The items with this run's tag (when it started, in hex ms) appended to their event ids: the
+    generator's ids follow from the seed, so a second run with the same seed would otherwise be
+    taken for copies of the first run's events and not counted. A retry within the run keeps the
+    id of the event it copies."""
+    at = started_ms if started_ms is not None else time.time_ns() // 1_000_000
+    tag = f"-r{at:x}"
+    return [replace(item, event={**item.event, "event_id": item.event["event_id"] + tag}) for item in items]
 
 
 def write_jsonl(items: list[Generated], out: Path) -> Path:

@@ -255,6 +255,36 @@ def test_stop_then_start_one_worker(running: tuple[Settings, Result]) -> None:
     assert _pids(settings)["serving"] == serving
 
 
+def _applied(settings: Settings) -> float:
+    """The counter's events applied so far (its /metrics), once it has reached the end of the log."""
+    client = redisconn.sync_client(settings)
+    try:
+        wait_until(lambda: counter_caught_up(client, settings), 90, "the counter reaching the end of the log")
+    finally:
+        client.close()
+    text = httpx.get(f"http://127.0.0.1:{settings.faust_web_port}/metrics").text
+    found = [x for x in text.splitlines() if x.startswith('tally_counter_ops_total{result="applied"}')]
+    return float(found[0].split()[-1]) if found else 0.0  # none before its first batch
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_loadgen_run_again_with_the_same_seed_sends_new_events(running: tuple[Settings, Result]) -> None:
+    settings, _ = running
+    url = f"http://127.0.0.1:{settings.ingest_port}"
+    command = ["loadgen", "--events", "300", "--rate", "5000", "--seed", "8", "--post", url]
+    before = _applied(settings)
+
+    first = runner.invoke(app, command, env=settings_env(settings))
+    assert first.exit_code == 0, first.output
+    once = _applied(settings) - before
+    second = runner.invoke(app, command, env=settings_env(settings))
+    assert second.exit_code == 0, second.output
+
+    assert once > 100  # the run's views and reactions, less its own retries (copies of its events)
+    assert _applied(settings) - before == 2 * once  # not taken for copies of the first run's
+
+
 @pytest.mark.integration
 @pytest.mark.slow
 def test_loadgen_says_when_the_collector_key_is_refused(running: tuple[Settings, Result]) -> None:
