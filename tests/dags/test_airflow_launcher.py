@@ -62,6 +62,7 @@ def test_stopping_standalone_ends_every_process_it_started(behaviour: str) -> No
     deadline = time.monotonic() + 10
     while _alive(component) and time.monotonic() < deadline:
         time.sleep(0.1)
+    standalone.stdout.close()
     assert standalone.poll() is not None
     assert not _alive(component)
     assert time.monotonic() - started < 2.0 + 5.0 + 2.0  # the timeout, then SIGTERM's grace
