@@ -528,25 +528,22 @@ class PartitionState:
 
     def trim(self) -> None:
         """Drop what is older than the retry horizon (markers, windows, presence) or the retention
-        (counts and platform buckets, whose Redis keys expired). The drops of markers, windows and
-        presence are changes (the next `delta` holds them, so a restore drops them too); those of
-        buckets are not (a dropped bucket in the changelog would be sunk as emptied), and a restore
-        keeps such a bucket until its own next trim, where no count reads it."""
-        changed = self.changes.keys
+        (counts and platform buckets, whose Redis keys expired). The drops are not changes (logged,
+        they would make the entry of a snapshot build's first batch as large as all that aged out
+        since the last build): a restore while a build is under way may hold such entries again
+        until its own next trim, which only makes its deduplication longer, as the batch layer's
+        is, and counts nothing (presence older than the readers' window is not written)."""
         floor = self.newest_ingest - self.horizon_ms
         oldest = _bucket_of(self.newest_ingest, self.bucket_ms) - self.keep_buckets
-        changed["seen"].update(_drop_front(self.seen, floor))
-        changed["windows"].update(_drop_front(self.windows, floor))
+        _drop_front(self.seen, floor)
+        _drop_front(self.windows, floor)
         self.counts = {k: v for k, v in self.counts.items() if int(k.rpartition(SEP)[2]) >= oldest}
         self.platform = {k: v for k, v in self.platform.items() if int(k) >= oldest}
         # Presence by whole seconds, as `watching` counts it: a leave goes with the beats before it,
         # and the seconds kept need no recount.
         present = _presence_second(self.newest_ingest - PRESENCE_KEEP_MS)
-        beats = {k: v for k, v in self.beats.items() if _presence_second(v[0]) >= present}
-        leaves = {k: v for k, v in self.leaves.items() if _presence_second(v) >= present}
-        changed["beats"].update(k for k in self.beats if k not in beats)
-        changed["leaves"].update(k for k in self.leaves if k not in leaves)
-        self.beats, self.leaves = beats, leaves
+        self.beats = {k: v for k, v in self.beats.items() if _presence_second(v[0]) >= present}
+        self.leaves = {k: v for k, v in self.leaves.items() if _presence_second(v) >= present}
         if self._watching is not None:
             for video, seconds in list(self._watching.items()):
                 kept = {second: n for second, n in seconds.items() if second >= present}
@@ -556,7 +553,7 @@ class PartitionState:
                     del self._watching[video]
 
 
-def _drop_front(entries: dict[str, tuple[Any, ...]], floor: int) -> list[str]:
+def _drop_front(entries: dict[str, tuple[Any, ...]], floor: int) -> None:
     """Drop the entries ingested before `floor` from the front of a table of markers or windows.
     Such a table holds its keys in the order they were first set (ingestion order, but for late
     copies), and a value only ever moves earlier, so the scan stops at the first entry to keep: a
@@ -570,7 +567,6 @@ def _drop_front(entries: dict[str, tuple[Any, ...]], floor: int) -> list[str]:
         old.append(key)
     for key in old:
         del entries[key]
-    return old
 
 
 def _as_kept(table: str, value: Any) -> Any:

@@ -293,7 +293,7 @@ class StateCounter:
         outweighs = owned.log_bytes > max(owned.snapshot_bytes, MIN_LOG_BYTES)
         begin = budget > 0 and owned.build is None and outweighs
         if begin:
-            state.trim()  # its drops of markers, windows and presence go in this batch's entry
+            state.trim()  # before the copies: what aged out is not in the snapshot
         commit.entry = state.delta()
         plans: dict[str, list[int] | None] = commit.entry["plans"]  # type: ignore[assignment]
         commit.announce = {v: ShardPlan(p[0], p[1]) for v, p in plans.items() if p is not None and not p[2]}

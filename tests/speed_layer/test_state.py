@@ -52,29 +52,6 @@ def test_a_trim_drops_the_markers_and_windows_past_the_retry_horizon() -> None:
     assert [key.split(SEP)[1] for key in state.windows] == ["b0"]
 
 
-def test_a_trims_drops_go_in_the_next_changelog_entry() -> None:
-    """A snapshot build trims the state after an earlier snapshot was stored; a restore from that
-    snapshot and the changelog after it must drop what the trim dropped."""
-    state = PartitionState(bucket_ms=60_000, retention_ms=48 * HOUR, horizon_ms=HOUR)
-    for i in range(3):
-        _count(state, _view(f"old{i}", f"a{i}", T0 + i))
-        state.arrive(T0 + i)
-        state.presence(_presence("heartbeat", i, "v1", f"s{i}", T0 + i))
-    earlier = msgspec.msgpack.encode(state.snapshot())
-    state.delta()
-    _count(state, _view("new0", "b0", T0 + 2 * HOUR))
-
-    state.trim()
-    entry = msgspec.msgpack.encode(state.delta())
-
-    restored = PartitionState(bucket_ms=60_000, retention_ms=48 * HOUR, horizon_ms=HOUR)
-    restored.load(msgspec.msgpack.decode(earlier, type=Entry))
-    restored.load(msgspec.msgpack.decode(entry, type=Entry))
-    assert sorted(state.seen) == ["v1" + SEP + "new0"] and not state.beats
-    for table in ("seen", "windows", "beats", "leaves"):
-        assert getattr(restored, table) == getattr(state, table), table
-
-
 def test_an_old_marker_behind_a_newer_one_goes_once_the_newer_one_does() -> None:
     state = PartitionState(bucket_ms=60_000, retention_ms=48 * HOUR, horizon_ms=HOUR)
     _count(state, _view("first", "a", T0 + HOUR))
