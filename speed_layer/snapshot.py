@@ -3,9 +3,10 @@ restore time and memory bounded), so that neither the worker's loop nor Redis ev
 whole state at once.
 
 A build starts after a micro-batch B0 is applied: it takes shallow copies of the state's tables.
-That batch and each one after it encode the next `CHUNK_ENTRIES` of those copies into a chunk,
-committed with the batch (`commit.lua` appends it to the partition's chunks being built; B0's
-commit also marks where B0's changelog entry lies). The last chunk's commit makes the built chunks
+That batch and each one after it encode the next entries of those copies into a chunk (a budget
+a batch, `chunk_budget`, shared by the partitions in turns), committed with the batch
+(`commit.lua` appends it to the partition's chunks being built; B0's commit also marks where B0's
+changelog entry lies). The last chunk's commit makes the built chunks
 the partition's snapshot and drops the changelog entries before B0's.
 
 A restore loads the chunks, then every changelog entry from B0's on, and gets the state exactly,
