@@ -156,7 +156,8 @@ def start_workers(stack: Stack, names: list[str], change: Change) -> None:
         started.append(process)
     for process in started:
         port, _ = _port_of(stack.settings, process.name)
-        wait_for_port(port, WORKER_START_S, LISTENS[kind_and_instance(process.name)[0]], Path(process.log))
+        what = LISTENS[kind_and_instance(process.name)[0]]
+        wait_for_port(port, WORKER_START_S, what, Path(process.log), alive=process.alive)
         if not process.alive():
             raise StackError(f"{process.name} exited as it started: see its log at {process.log}")
 

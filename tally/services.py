@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,44 +40,86 @@ def stop_process(process: subprocess.Popen[bytes], timeout: float = 10.0) -> int
     return process.returncode
 
 
-def free_port() -> int:
+# Linux hands the local ends of outgoing connections out of this range. A port picked inside it may
+# be taken, between the pick and the bind, by any connection on the machine (a worker's to the broker,
+# a probe of `wait_for_port`): a worker started on it then ran without its /metrics and `tally up`
+# waited for it in vain (seen once in CI). Ports are picked below the range, at random among
+# LOWEST_PICK and its start.
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+EPHEMERAL_LOW = 32_768  # Linux's default start, where the file cannot be read
+LOWEST_PICK = 20_000
+_PICKS = random.SystemRandom()  # no shared seed: a test seeding `random` leaves the picks alone
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return EPHEMERAL_LOW
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    """A loopback port nothing holds now, below the ephemeral range (see EPHEMERAL_RANGE)."""
+    return free_ports(1)
 
 
 def free_ports(count: int, tries: int = 100) -> int:
-    """The first of `count` consecutive loopback ports that are all free now (the workers' metrics
-    ports are `faust_web_port` plus an offset: a free first port alone may be followed by one a
-    client connection holds)."""
+    """The first of `count` consecutive loopback ports that are all free now, below the ephemeral
+    range (the workers' metrics ports are `faust_web_port` plus an offset)."""
+    high = _ephemeral_low() - count
+    if high <= LOWEST_PICK:
+        raise OSError(
+            f"the ephemeral port range starts at {high + count} ({EPHEMERAL_RANGE}), which leaves no "
+            f"ports from {LOWEST_PICK} below it to pick: raise its start"
+        )
     for _ in range(tries):
-        first = free_port()
-        held: list[socket.socket] = []
-        try:
-            for port in range(first, first + count):
-                sock = socket.socket()
-                held.append(sock)
-                sock.bind(("127.0.0.1", port))
+        first = _PICKS.randrange(LOWEST_PICK, high)
+        if all(_bindable(port) for port in range(first, first + count)):
             return first
-        except OSError:
-            continue
-        finally:
-            for sock in held:
-                sock.close()
     raise OSError(f"no {count} consecutive free ports on 127.0.0.1 after {tries} tries")
 
 
-def wait_for_port(port: int, timeout: float, name: str, log: Path | None = None) -> None:
+def wait_for_port(
+    port: int,
+    timeout: float,
+    name: str,
+    log: Path | None = None,
+    alive: Callable[[], bool] | None = None,
+) -> None:
+    """Wait until something listens on the loopback `port`; StackError after `timeout` seconds, or
+    as soon as `alive` (the process that should listen) says it has exited, quoting its log's end."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
                 return
         except OSError:
+            if alive is not None and not alive():
+                exited = f"{name} never listened on 127.0.0.1:{port}: its process exited"
+                raise StackError(exited + _log_end(log)) from None
             time.sleep(0.1)
-    hint = f"; see its log at {log}" if log else ""
-    raise StackError(f"{name} did not listen on 127.0.0.1:{port} within {timeout:.0f} s{hint}")
+    raise StackError(f"{name} did not listen on 127.0.0.1:{port} within {timeout:.0f} s{_log_end(log)}")
+
+
+def _log_end(log: Path | None, lines: int = 5) -> str:
+    """Where the log is and its last lines, for an error about the process that writes it."""
+    if log is None:
+        return ""
+    try:
+        end = log.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        end = []
+    quoted = "".join(f"\n  {line}" for line in end)
+    return f"; see its log at {log}" + (f", which ends:{quoted}" if quoted else "")
 
 
 def process_started_at(pid: int) -> int | None:
@@ -128,7 +172,7 @@ def is_listening(port: int, host: str = "127.0.0.1") -> bool:
 def _wait_or_stop(process: subprocess.Popen[bytes], port: int, timeout: float, name: str, log: Path) -> None:
     """Wait until a service just started listens; stop it if it does not, so that none is left behind."""
     try:
-        wait_for_port(port, timeout, name, log)
+        wait_for_port(port, timeout, name, log, alive=lambda: process.poll() is None)
     except BaseException:
         stop_process(process)
         raise
