@@ -12,7 +12,9 @@ state is the process's):
 
 Prints one line of JSON (per way, the median CPU an event of planning and of writing, the
 longest plans of a batch, p50, p99 and max: the pauses of the worker's loop, a snapshot's encoding
-among them; the collector's passes by generation and their time) and writes bench/results/counter_cpu.json.
+among them; the collector's passes by generation and their time; in bytes an event, the resident
+memory the counting added and what the shallow copies of the largest partition's tables, which a
+snapshot's build starts with, hold beside the state) and writes bench/results/counter_cpu.json.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import argparse
 import asyncio
 import gc
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -37,6 +40,7 @@ from counting.settings import Settings
 from serving_layer.speed import platform_counts
 from speed_layer import heap
 from speed_layer.records import Record
+from speed_layer.state import PartitionState
 from speed_layer.state_counter import StateCounter
 from tally.services import free_port, start_redis
 
@@ -44,6 +48,7 @@ RESULTS = Path(__file__).parent / "results"
 WAYS = ("as_is", "tuned")
 PARTITIONS = 4
 VIDEOS = 2_000
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 
 class _Passes:
@@ -100,6 +105,7 @@ async def one_run(way: str, redis_url: str, events: int, batch_records: int) -> 
     gc.callbacks.append(passes)
     planning = writing = 0.0
     per_batch: list[float] = []  # each batch's planning: the loop's pause (a snapshot's chunk, too)
+    before = _resident()
     for start in range(0, len(records), batch_records):
         began = time.process_time()
         batch = counter.plan(records[start : start + batch_records])
@@ -109,6 +115,8 @@ async def one_run(way: str, redis_url: str, events: int, batch_records: int) -> 
         per_batch.append(planned - began)
         writing += time.process_time() - planned
     gc.callbacks.remove(passes)
+    held = _resident() - before
+    copies = max(_copies_bytes(owned.state) for owned in counter.owned.values())
     now_bucket = rules.bucket_of(int(time.time() * 1000), settings.bucket_ms)
     counted = await platform_counts(client, now_bucket - 200, now_bucket + 1)
     await client.aclose()
@@ -120,8 +128,22 @@ async def one_run(way: str, redis_url: str, events: int, batch_records: int) -> 
         "plan_ms_p50": round(_quantile(per_batch, 0.5) * 1000, 1),
         "plan_ms_p99": round(_quantile(per_batch, 0.99) * 1000, 1),
         "plan_ms_max": round(max(per_batch) * 1000, 1),
+        "worker_bytes_per_event": round(held / events, 1),
+        "build_copies_bytes_per_event": round(copies / events, 1),
         "counted": counted,
     }
+
+
+def _copies_bytes(state: PartitionState) -> int:
+    """What the shallow copies of a partition's tables, which a snapshot's build starts with, hold
+    beside the state: the dicts themselves (their keys and values are the state's)."""
+    return sum(sys.getsizeof(table) for table in state.table_copies().values())
+
+
+def _resident() -> int:
+    """This process's resident memory in bytes (Linux's /proc)."""
+    pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return pages * PAGE_BYTES
 
 
 def _quantile(samples: list[float], q: float) -> float:
@@ -166,6 +188,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "plan_ms_p50",
                 "plan_ms_p99",
                 "plan_ms_max",
+                "worker_bytes_per_event",
+                "build_copies_bytes_per_event",
             )
         }
         figures[way]["counter_us_per_event"] = round(

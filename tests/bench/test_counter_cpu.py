@@ -25,4 +25,6 @@ def test_both_ways_count_the_same_and_the_figures_are_written(tmp_path: Path) ->
         assert result[f"{way}_counter_us_per_event"] > 0
         pauses = [result[f"{way}_plan_ms_{q}"] for q in ("p50", "p99", "max")]
         assert 0 < pauses[0] <= pauses[1] <= pauses[2], pauses
+        # the state's dicts alone hold more than nothing an event, and less than the whole worker
+        assert 0 < result[f"{way}_build_copies_bytes_per_event"] < 1000
     assert json.loads(out.read_text()) == json.loads(json.dumps(result))
