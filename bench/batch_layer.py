@@ -18,7 +18,6 @@ warm figure.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
 import platform
@@ -37,6 +36,7 @@ import pyarrow as pa
 
 from bench.batch_rules import count_videos, log_relation
 from bench.batch_traffic import BenchTraffic, write_bench_log
+from bench.report import report
 from counting.bots import SHIPPED
 from counting.settings import Settings
 
@@ -238,9 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "rules_version": SHIPPED.version,
         "machine": _machine(),
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result))
+    report(result, args.output)
     return 0 if differing == 0 else 1
 
 

@@ -36,6 +36,7 @@ from pyspark.sql.readwriter import DataFrameWriter
 from batch_layer.spark_conf import LOCAL_JAVA_OPTIONS
 from bench.batch_layer import run_spark
 from bench.jfr import RECORDING_OPTION, JfrUnavailable, dump, hot_methods, reader, task_samples
+from bench.report import report
 from counting.settings import Settings
 
 RESULTS = Path(__file__).resolve().parent / "results" / "batch_stages.json"
@@ -185,9 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "profiled": args.profile,
         "stages": found,
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result))
+    report(result, args.output)
     return 0
 
 

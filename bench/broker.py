@@ -29,6 +29,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.machine import machine
+from bench.report import report
 from tally.services import free_port, start_broker
 
 RESULTS = Path(__file__).parent / "results"
@@ -164,10 +165,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if getattr(args, name) <= 0:
             parser.error(f"--{name} must be above 0 (got {getattr(args, name)})")
     result = run(args.seconds, args.rate, args.bytes, args.retention_ms, args.window)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result))
-    return result
+    return report(result, args.output)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.machine import machine
+from bench.report import report
 from bench.speed_traffic import generate, pack
 from counting import rules
 from counting.redisconn import async_client
@@ -207,10 +208,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "each_run": runs,
         "machine": machine(),
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result))
-    return result
+    return report(result, args.output)
 
 
 if __name__ == "__main__":

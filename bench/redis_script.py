@@ -20,7 +20,6 @@ to bench/results/redis_script.json.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -30,6 +29,7 @@ from typing import Any
 
 import redis
 
+from bench.report import report
 from bench.speed_floor import redis_cpu_seconds
 from bench.speed_traffic import generate, pack
 from counting import keys
@@ -127,10 +127,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "redis_cpu_us_per_event": figures,
         "offsets_stored": stored,
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result))
-    return result
+    return report(result, args.output)
 
 
 if __name__ == "__main__":

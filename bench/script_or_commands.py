@@ -13,7 +13,6 @@ member), the median of the passes; writes bench/results/script_or_commands.json 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -25,6 +24,7 @@ import msgspec
 import redis
 
 from bench.machine import machine
+from bench.report import report
 from bench.speed_floor import redis_cpu_seconds
 from tally.services import free_port, start_redis
 
@@ -108,10 +108,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "runs_redis_us_per_pair": per_pair,
         "machine": machine(),
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result))
-    return result
+    return report(result, args.output)
 
 
 if __name__ == "__main__":
