@@ -22,6 +22,8 @@ PRESENCE_MS = 60_000
 # hold from more than this ahead, so every ingest process routes by it from the same moment.
 SHARD_CACHE_MS = 1_000
 ANON_VIEWER_PREFIX = "anon:"
+# The events of presence: they count sessions, not viewers.
+PRESENCE_TYPES = frozenset({"heartbeat", "leave"})
 
 LIKED = "liked"
 DISLIKED = "disliked"
@@ -71,6 +73,16 @@ def viewer_route(digest: str) -> int:
     """A viewer's place among a hot video's shards, from its digest: the shard is this modulo the
     shard count (so the counter can tell a viewer's shard from the digests it keeps)."""
     return int(digest[:8], 16)
+
+
+def route_of(event: Event) -> int:
+    """What picks an event's shard of a hot video (this modulo the shard count): a heartbeat's or a
+    leave's session, as if its viewer were anonymous, so that a session's presence stays in one
+    shard when its viewer changes (a login mid-session); any other event's viewer, so that a
+    viewer's views and an event's copies share a shard."""
+    if event.type in PRESENCE_TYPES and event.session_id is not None:
+        return viewer_route(viewer_digest(ANON_VIEWER_PREFIX + event.session_id))
+    return viewer_route(viewer_digest(viewer_of(event)))
 
 
 def view_window_of(ts: int) -> int:

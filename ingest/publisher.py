@@ -45,11 +45,11 @@ def now_ms() -> int:
 
 
 def shard_of(event: Event, shards: int) -> int:
-    """The shard of an event of a video with `shards` shards: by its viewer (the user, else the
-    anonymous session), so a viewer's events and an event's retries share a partition."""
+    """The shard of an event of a video with `shards` shards (`rules.route_of`: a viewer's views and
+    an event's retries share a partition, and so do a session's heartbeats and leave)."""
     if shards <= 1:
         return 0
-    return rules.viewer_route(rules.viewer_digest(rules.viewer_of(event))) % shards
+    return rules.route_of(event) % shards
 
 
 def shard_for(event: Event, plan: ShardPlan) -> int:

@@ -61,7 +61,7 @@ MAX_REACTIONS = 64
 
 _bucket_of = rules.bucket_of
 _presence_second = rules.presence_second
-_viewer_of, _viewer_digest, _viewer_route = rules.viewer_of, rules.viewer_digest, rules.viewer_route
+_route_of = rules.route_of
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder()
 _LIKED, _DISLIKED = rules.LIKED, rules.DISLIKED
@@ -195,7 +195,7 @@ class PartitionState:
                     seconds[second] = n
                 else:
                     del seconds[second]
-            self.beats[key] = (ingest_ts, _viewer_route(_viewer_digest(_viewer_of(event))))
+            self.beats[key] = (ingest_ts, _route_of(event))  # the session's shard route
             if leave < ingest_ts:
                 second = _presence_second(ingest_ts)
                 seconds[second] = seconds.get(second, 0) + 1

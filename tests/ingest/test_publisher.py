@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import msgspec
 import pytest
 import redis
 from confluent_kafka import Consumer, TopicPartition
@@ -57,6 +58,21 @@ def test_a_viewers_events_always_get_the_same_shard() -> None:
     assert {shard_of(view, 8) for _ in range(3)} == {shard_of(_event(2, "v", "someone"), 8)}
     assert shard_of(view, 1) == 0
     assert len({shard_of(_event(i, "v", f"u{i}"), 8) for i in range(200)}) == 8
+
+
+def _presence(type_: str, user: str | None, session: str) -> Event:
+    return Event(event_id=f"{type_}-{user}", type=type_, video_id="v", ts=1, user_id=user, session_id=session)
+
+
+def test_a_sessions_heartbeats_and_leave_get_one_shard_whoever_its_viewer_is() -> None:
+    """Presence routes by the session: a login mid-session does not move it to another shard."""
+    for n in range(50):
+        kinds = [(t, u) for t in ("heartbeat", "leave") for u in (None, f"m{n}")]
+        assert len({shard_of(_presence(t, u, f"tab{n}"), 8) for t, u in kinds}) == 1, n
+    assert len({shard_of(_presence("heartbeat", None, f"tab{n}"), 8) for n in range(200)}) == 8
+    # views still go by their viewer: a user's views share a shard whatever their session
+    views = [msgspec.structs.replace(_event(i, "v", "someone"), session_id=f"tab{i}") for i in range(10)]
+    assert len({shard_of(view, 8) for view in views}) == 1
 
 
 async def test_a_hot_videos_events_spread_over_partitions_by_viewer(

@@ -574,7 +574,7 @@ async def _move_a_hot_video(
     after += [traffic.view("viral", f"new{i}") for i in range(60)]
     traffic.clock = plan.active_from + hot.delivery_timeout_ms  # past the plan, and its grace
     after += [traffic.view("viral", f"late{i}") for i in range(40)]
-    # Sessions beat again or leave from where their viewer moved (watching sessions move with it).
+    # Sessions beat again or leave from where they moved (watching sessions move with them).
     again = sessions[:30] + sessions[100:110]
     after += [traffic.event("heartbeat", "viral", user_id=u, session_id=s) for u, s in again]
     after += [traffic.event("leave", "viral", user_id=u, session_id=s) for u, s in sessions[30:40]]
@@ -649,6 +649,43 @@ async def test_viewers_moving_to_a_hot_videos_shards_are_counted_exactly(
     assert redis_client.hlen(keys.watching("viral")) >= 2, "sessions watch in several partitions"
     restored = await _worker(hot, aclient, hot.topic_partitions)
     assert all(not owned.state.pending for owned in restored.owned.values())
+
+
+async def test_a_session_that_logs_in_on_a_hot_video_watches_once(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
+) -> None:
+    """A session's heartbeats and leave route by the session, not its viewer: one that beats
+    anonymously, then as the user it logged in as, stays in one shard of a hot video and is counted
+    watching once (by the viewer, most of them would reach two shards and count in both)."""
+    hot = settings.model_copy(
+        update={"topic_partitions": 4, "hot_video_events_per_sec": 20, "max_video_shards": 8}
+    )
+    events, records = await _move_a_hot_video(hot, aclient, redis_client)
+    plan = decode_shard_plan(redis_client.get(keys.shards("viral")) or b"")
+    offsets: dict[int, int] = {}
+    for record in records:
+        offsets[record.partition] = max(offsets.get(record.partition, 0), record.offset + 1)
+    logins = [(f"member{i}", f"tab{i}") for i in range(24)]
+
+    def by_viewer(viewer: str) -> int:
+        return rules.viewer_route(rules.viewer_digest(viewer)) % plan.shards
+
+    moving = [(u, s) for u, s in logins if by_viewer(u) != by_viewer(rules.ANON_VIEWER_PREFIX + s)]
+    assert len(moving) > len(logins) // 2  # by the viewer, these would change shards
+    traffic = Traffic(seed=49, now_ms=max(e.ingest_ts or 0 for e in events) + 1, step_ms=20)
+    beats = [traffic.event("heartbeat", "viral", session_id=s) for _, s in logins]
+    beats += [traffic.event("heartbeat", "viral", user_id=u, session_id=s) for u, s in logins]
+    beats += [traffic.event("leave", "viral", user_id=u, session_id=s) for u, s in logins[:4]]
+    worker = await _worker(hot, aclient, hot.topic_partitions)
+    routed = _route(hot.events_topic, beats, plan, hot.topic_partitions, offsets)
+    assert len({r.partition for r in routed}) > 1  # the sessions spread over the video's shards
+    for partition in sorted({r.partition for r in routed}):
+        await worker.handle([r for r in routed if r.partition == partition])
+
+    await _watching_equals_the_oracle(aclient, "viral", events + beats)
+    last = max(e.ingest_ts or 0 for e in beats)
+    watching = oracle.watching_now(events + beats, last).get("viral", 0)
+    assert watching >= len(logins) - 4  # the logged-in sessions that did not leave, each once
 
 
 async def test_a_hot_videos_viewers_past_the_exact_limit_all_reach_its_sketch(
