@@ -619,6 +619,22 @@ async def _watching_equals_the_oracle(aclient: aioredis.Redis, video: str, event
     assert watched
 
 
+async def _after_a_hot_videos_move(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
+) -> tuple[Settings, list[Event], ShardPlan, dict[int, int]]:
+    """A hot video moved (`_move_a_hot_video`, 4 partitions, up to 8 shards): the settings, the
+    events counted, the video's plan as published and each partition's next offset."""
+    hot = settings.model_copy(
+        update={"topic_partitions": 4, "hot_video_events_per_sec": 20, "max_video_shards": 8}
+    )
+    events, records = await _move_a_hot_video(hot, aclient, redis_client)
+    plan = decode_shard_plan(redis_client.get(keys.shards("viral")) or b"")
+    offsets: dict[int, int] = {}
+    for record in records:
+        offsets[record.partition] = max(offsets.get(record.partition, 0), record.offset + 1)
+    return hot, events, plan, offsets
+
+
 def _first_ingest(record: Record) -> int:
     return min(e.ingest_ts or 0 for e in Traffic.decode(record))
 
@@ -657,14 +673,7 @@ async def test_a_session_that_logs_in_on_a_hot_video_watches_once(
     """A session's heartbeats and leave route by the session, not its viewer: one that beats
     anonymously, then as the user it logged in as, stays in one shard of a hot video and is counted
     watching once (by the viewer, most of them would reach two shards and count in both)."""
-    hot = settings.model_copy(
-        update={"topic_partitions": 4, "hot_video_events_per_sec": 20, "max_video_shards": 8}
-    )
-    events, records = await _move_a_hot_video(hot, aclient, redis_client)
-    plan = decode_shard_plan(redis_client.get(keys.shards("viral")) or b"")
-    offsets: dict[int, int] = {}
-    for record in records:
-        offsets[record.partition] = max(offsets.get(record.partition, 0), record.offset + 1)
+    hot, events, plan, offsets = await _after_a_hot_videos_move(settings, aclient, redis_client)
     logins = [(f"member{i}", f"tab{i}") for i in range(24)]
 
     def by_viewer(viewer: str) -> int:
@@ -694,14 +703,7 @@ async def test_a_hot_videos_viewers_past_the_exact_limit_all_reach_its_sketch(
     """A hot video's partitions share its exact viewer set; once the set holds EXACT_VIEWERS_LIMIT
     viewers it is folded into a HyperLogLog, and the viewers the other partitions send after that
     (their own exact counts are below the limit) go into the HyperLogLog too."""
-    hot = settings.model_copy(
-        update={"topic_partitions": 4, "hot_video_events_per_sec": 20, "max_video_shards": 8}
-    )
-    events, records = await _move_a_hot_video(hot, aclient, redis_client)
-    plan = decode_shard_plan(redis_client.get(keys.shards("viral")) or b"")
-    offsets: dict[int, int] = {}
-    for record in records:
-        offsets[record.partition] = max(offsets.get(record.partition, 0), record.offset + 1)
+    hot, events, plan, offsets = await _after_a_hot_videos_move(settings, aclient, redis_client)
     traffic = Traffic(seed=48, now_ms=max(e.ingest_ts or 0 for e in events) + 1, step_ms=0)
     crowd = [traffic.view("viral", f"crowd{i}") for i in range(EXACT_VIEWERS_LIMIT + 2_500)]
     queues: dict[int, list[Record]] = {}
