@@ -37,7 +37,9 @@ class ApiProcess:
             check_secrets(settings, tuple(self.secrets))
         except InvalidSetting as exc:
             raise SystemExit(f"the {self.name} API refuses to start: {exc}") from None
-        options.update(host=host, port=port, log_level="warning", log_config=None)
+        # proxy_headers off: uvicorn would otherwise take the client address from X-Forwarded-For of
+        # any loopback peer before Tally's own check (`ingest.connection`, `TALLY_TRUSTED_PROXIES`).
+        options.update(host=host, port=port, log_level="warning", log_config=None, proxy_headers=False)
         if workers == 1:
             uvicorn.run(self.create_app(settings), **options)
             return

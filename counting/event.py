@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 import math
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 import msgspec
 
@@ -158,7 +158,16 @@ def event_from_dict(data: dict[str, Any], now_ms: int) -> Event:
     return event
 
 
-def parse_batch(body: bytes, now_ms: int) -> tuple[list[Event], list[dict[str, Any]]]:
+class ParsedBatch(NamedTuple):
+    """A batch body validated: the valid events, one error per bad event, and the place of each
+    valid event in the body's `events` (for answers that name it)."""
+
+    events: list[Event]
+    errors: list[dict[str, Any]]
+    indices: list[int]
+
+
+def parse_batch(body: bytes, now_ms: int) -> ParsedBatch:
     """Validate a batch body `{"events": [...]}`: the valid events, and one error per bad event.
 
     A body that is not such an object raises InvalidEvent for the whole request.
@@ -173,12 +182,15 @@ def parse_batch(body: bytes, now_ms: int) -> tuple[list[Event], list[dict[str, A
         raise InvalidEvent("events", f"at most {MAX_BATCH_EVENTS} events a batch (got {len(batch.events)})")
     accepted: list[Event] = []
     errors: list[dict[str, Any]] = []
+    indices: list[int] = []
     for index, raw in enumerate(batch.events):
         try:
             accepted.append(parse_event(raw, now_ms))
         except InvalidEvent as exc:
             errors.append({"index": index, "field": exc.field, "reason": exc.reason})
-    return accepted, errors
+        else:
+            indices.append(index)
+    return ParsedBatch(accepted, errors, indices)
 
 
 def stamped(event: Event, ingest_ts: int, region: str | None = None) -> Event:

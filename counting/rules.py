@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
 from hashlib import blake2b
 
@@ -125,6 +126,30 @@ def reaction_order(event: Event) -> tuple[int, str]:
 def first_copy_order(event: Event) -> tuple[int, str]:
     """Among copies of one event_id, the one ingested first is the one that counts."""
     return (event.ingest_ts or 0, event.event_id)
+
+
+def first_copies(events: Sequence[Event]) -> tuple[list[Event], list[tuple[int, int]]]:
+    """The events with one copy of each event_id, the one that counts (`first_copy_order`; among
+    equals, the earlier in the list), in their order; and `(position, kept position)` of each copy
+    left out. One write of the ingest API packs its events into one record per partition, so a
+    retry inside one request would otherwise sit twice at one log position (decision 0007)."""
+    chosen: dict[str, int] = {}
+    left_out: list[tuple[int, int]] = []
+    for position, event in enumerate(events):
+        other = chosen.setdefault(event.event_id, position)
+        if other == position:
+            continue
+        if first_copy_order(event) < first_copy_order(events[other]):
+            chosen[event.event_id] = position
+            left_out.append((other, position))
+        else:
+            left_out.append((position, other))
+    if not left_out:
+        return list(events), []
+    kept = set(chosen.values())
+    left_out.sort()
+    final = [(position, chosen[events[position].event_id]) for position, _ in left_out]
+    return [e for position, e in enumerate(events) if position in kept], final
 
 
 def presence_second(ingest_ms: int) -> int:

@@ -57,7 +57,9 @@ def verify_token(secret: str, header: str | None, now: float | None = None) -> s
     if len(parts) != 4 or parts[0] != TOKEN_VERSION:
         raise Unauthorized("authorization", "malformed token")
     payload = ".".join(parts[:3])
-    if not hmac.compare_digest(parts[3], _signature(secret, payload)):
+    # Compared as bytes: a header may carry any character, and compare_digest refuses non-ASCII text.
+    given = parts[3].encode()
+    if not hmac.compare_digest(given, _signature(secret, payload).encode()):
         raise Unauthorized("authorization", "bad token signature")
     if not parts[2].isdigit() or int(parts[2]) < (now if now is not None else time.time()):
         raise Unauthorized("authorization", "token expired: ask for a new one")

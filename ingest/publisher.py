@@ -222,12 +222,18 @@ class Publisher:
         return self._partitions
 
     async def publish(self, events: list[Event]) -> list[Event]:
-        """Stamp and write the events; return them stamped once the broker has acknowledged all."""
+        """Stamp and write the events; return them stamped once the broker has acknowledged all.
+        The caller leaves out copies of one event_id (`rules.first_copies`)."""
         return await self._write(events, stamp=True)
 
     async def forward(self, events: list[Event]) -> None:
         """Write events stamped elsewhere (another region's reactions, decision 0006) as they are,
-        routed as this region routes its own; return once the broker has acknowledged all."""
+        routed as this region routes its own; return once the broker has acknowledged all. Copies
+        of one event_id among them are written once (`rules.first_copies`): one record holds no
+        event twice."""
+        events, copies = rules.first_copies(events)
+        if copies:
+            log.info("forward_copies_left_out", copies=len(copies))
         await self._write(events, stamp=False)
 
     async def _write(self, events: list[Event], stamp: bool) -> list[Event]:

@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 from pydantic import BaseModel, Field
 
-from counting.event import Event
+from counting.event import SESSION_TYPES, Event
 
 
 class FieldError(BaseModel):
@@ -66,12 +66,17 @@ SINGLE_DESCRIPTION = (
 )
 
 
-def single_body() -> dict[str, Any]:
-    schema = _event_schema(
-        {"ingest_ts", "region", "type", "video_id", "user_id", "ip", "user_agent"},
-        frozenset({"event_id", "ts"}),
-    )
-    return {"requestBody": {"required": False, "content": {"application/json": {"schema": schema}}}}
+def single_body(event_type: str) -> dict[str, Any]:
+    """The body of the route writing `event_type`: `session_id` required (and so the body) for the
+    session events, `watch_secs` only on a view (`counting.event.check_rules`)."""
+    leave_out = {"ingest_ts", "region", "type", "video_id", "user_id", "ip", "user_agent"}
+    if event_type != "view":
+        leave_out.add("watch_secs")
+    schema = _event_schema(leave_out, frozenset({"event_id", "ts"}))
+    if event_type in SESSION_TYPES:
+        schema["required"] = [*schema["required"], "session_id"]
+    required = bool(schema["required"])
+    return {"requestBody": {"required": required, "content": {"application/json": {"schema": schema}}}}
 
 
 ANSWERS: dict[int | str, dict[str, Any]] = {

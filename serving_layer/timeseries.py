@@ -51,6 +51,8 @@ def span_of(window: Window, width_ms: int, now_ms: int, noun: str = "buckets") -
     (default: the one holding now), `count` of them (default `DEFAULT_BUCKETS`)."""
     if window.start is not None and window.end is not None and window.count is not None:
         return Refused("buckets", "give at most two of start, end and buckets")
+    if window.start is not None and window.end is not None and window.end <= window.start:
+        return Refused("end", f"must be after start (got start={window.start}, end={window.end})")
     end = -(-window.end // width_ms) if window.end is not None else now_ms // width_ms + 1
     if window.start is not None:
         first = window.start // width_ms

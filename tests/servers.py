@@ -17,7 +17,8 @@ from tally.services import free_port
 def serve(app: FastAPI) -> Iterator[str]:
     """Serve `app` on a free loopback port (lifespan on) and yield its base URL."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", proxy_headers=False)
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20

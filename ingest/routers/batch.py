@@ -7,7 +7,8 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse
 
-from counting.event import parse_batch
+from counting import rules
+from counting.event import ParsedBatch, parse_batch
 from counting.settings import Settings
 from ingest.auth import check_key
 from ingest.publisher import now_ms
@@ -27,14 +28,24 @@ def batch_router(settings: Settings, write: Writer) -> APIRouter:
         events are written even when others are refused."""
         check_key(x_collector_key, settings.collector_key, "x-collector-key")
         body = await read_body(request)
-        events, errors = parse_batch(body, now_ms())
+        parsed = parse_batch(body, now_ms())
+        events, copies = rules.first_copies(parsed.events)
         written, warnings = await write(events)
         content = {
             "accepted": len(written),
             "ingest_ts": written[0].ingest_ts if written else None,
-            "errors": errors,
-            "warnings": warnings,
+            "errors": parsed.errors,
+            "warnings": [*_retry_warnings(parsed, copies), *warnings],
         }
-        return JSONResponse(status_code=422 if errors else 202, content=content)
+        return JSONResponse(status_code=422 if parsed.errors else 202, content=content)
 
     return router
+
+
+def _retry_warnings(parsed: ParsedBatch, copies: list[tuple[int, int]]) -> list[str]:
+    """A warning per copy of an event_id left out of the write: the copy and the event kept."""
+    return [
+        f"events[{parsed.indices[copy]}]: event_id {parsed.events[copy].event_id!r} repeats "
+        f"events[{parsed.indices[kept]}]; a retry inside one request is written and counted once"
+        for copy, kept in copies
+    ]

@@ -118,7 +118,7 @@ def single_router(
             methods=[method],
             status_code=202,
             responses=ANSWERS,
-            openapi_extra=single_body(),
+            openapi_extra=single_body(event_type),
             summary=f"{method} one {event_type} event",
             description=SINGLE_DESCRIPTION,
         )

@@ -307,10 +307,11 @@ def test_a_batch_keeps_the_valid_events_and_reports_each_bad_one(plan, make_even
             expected_errors.append((index, field))
         events.append(event)
 
-    accepted, errors = parse_batch(_encode({"events": events}), now_ms)
+    accepted, errors, indices = parse_batch(_encode({"events": events}), now_ms)
 
     assert [e.event_id for e in accepted] == expected_ids
     assert [(e["index"], e["field"]) for e in errors] == expected_errors
+    assert [f"e-{i}" for i in indices] == expected_ids
     assert all(e["reason"] for e in errors)
 
 

@@ -174,9 +174,17 @@ def test_batch_route_needs_the_collector_key(ingest_settings: Settings) -> None:
 
 @pytest.mark.parametrize(
     "authorization",
-    [None, "Basic abc", "Bearer nonsense", "Bearer v1.dTE.99999999999.forged"],
+    [
+        None,
+        "Basic abc",
+        "Bearer nonsense",
+        "Bearer v1.dTE.99999999999.forged",
+        # A signature with bytes outside ASCII (once a 500: compare_digest refuses non-ASCII text).
+        b"Bearer v1.YWxpY2U.1795806414.\xc3\xa9",
+        b"Bearer v1.YWxpY2U.1795806414.\xff",
+    ],
 )
-def test_user_routes_need_a_valid_token(client: TestClient, authorization: str | None) -> None:
+def test_user_routes_need_a_valid_token(client: TestClient, authorization: str | bytes | None) -> None:
     headers = {"authorization": authorization} if authorization else {}
     answer = client.post("/v1/videos/abc/like", json={"event_id": "t", "ts": _now()}, headers=headers)
     assert (answer.status_code, answer.json()["errors"][0]["field"]) == (401, "authorization")

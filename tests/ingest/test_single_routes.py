@@ -16,6 +16,7 @@ from counting.settings import Settings
 from counting.wire import decode_events
 from ingest.app import create_app
 from ingest.auth import issue_token
+from ingest.routes import SINGLE_ROUTES
 from tally.topics import ensure_topics
 
 pytestmark = pytest.mark.integration
@@ -198,3 +199,31 @@ def test_openapi_single_body_leaves_out_what_the_server_sets(from_outside: TestC
     assert like["requestBody"].get("required", False) is False
     assert "supplies a fresh id" in like["description"]
     assert {"event_id", "ts"} <= set(batch["properties"]["events"]["items"]["required"])
+
+
+def test_openapi_of_each_single_route_says_what_its_event_requires(from_outside: TestClient) -> None:
+    """A view, a heartbeat and a leave need `session_id` (a body without it is 422), so their body is
+    required; `watch_secs` is offered on a view only (elsewhere it is refused)."""
+    paths = from_outside.get("/openapi.json").json()["paths"]
+    bodies = {
+        event_type: paths[path][method.lower()]["requestBody"] for method, path, event_type in SINGLE_ROUTES
+    }
+
+    def required(event_type: str) -> tuple[bool, list[str]]:
+        body = bodies[event_type]
+        return body.get("required", False), body["content"]["application/json"]["schema"]["required"]
+
+    assert {t: required(t) for t in bodies} == {
+        "view": (True, ["session_id"]),
+        "like": (False, []),
+        "unlike": (False, []),
+        "dislike": (False, []),
+        "undislike": (False, []),
+        "heartbeat": (True, ["session_id"]),
+        "leave": (True, ["session_id"]),
+    }
+    schemas = {t: body["content"]["application/json"]["schema"] for t, body in bodies.items()}
+    offered = {t for t, schema in schemas.items() if "watch_secs" in schema["properties"]}
+    assert offered == {"view"}
+    refused = from_outside.post("/v1/videos/abc/view", json={"watch_secs": 40})
+    assert (refused.status_code, refused.json()["errors"][0]["field"]) == (422, "session_id")

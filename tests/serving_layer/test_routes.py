@@ -53,6 +53,12 @@ def test_timeseries_merges_batch_buckets_and_speed_buckets(
 def test_timeseries_refuses_bad_ranges_naming_the_field(api: TestClient, settings: Settings) -> None:
     answer = api.get("/v1/videos/v1/timeseries", params={"start": 10_000, "end": 5_000})
     assert (answer.status_code, answer.json()["errors"][0]["field"]) == (422, "end")
+    # Both in one bucket, the end before the start: still refused (it once answered one point).
+    inside = settings.bucket_ms * 13
+    answer = api.get("/v1/videos/v1/timeseries", params={"start": inside + 5, "end": inside + 1})
+    assert (answer.status_code, answer.json()["errors"][0]["field"]) == (422, "end")
+    answer = api.get("/v1/videos/v1/timeseries", params={"start": inside, "end": inside})
+    assert (answer.status_code, answer.json()["errors"][0]["field"]) == (422, "end")
     answer = api.get("/v1/videos/v1/timeseries", params={"start": 0, "end": 10**12})
     assert (answer.status_code, answer.json()["errors"][0]["field"]) == (422, "start")
     answer = api.get("/v1/videos/v1/timeseries", params={"buckets": 0})
