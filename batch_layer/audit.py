@@ -4,7 +4,7 @@ oracle, no Spark) and say whether it matches, and what differs when it does not.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -23,7 +23,16 @@ from counting.event import Event
 from counting.logschema import EVENT_COLUMNS, PARTITION_COLUMNS
 from counting.settings import Settings
 from warehouse.errors import PayoutNotFound, StoreError
-from warehouse.store import LedgerRow, catalog, get_run, latest_payout, open_store
+from warehouse.store import (
+    LedgerRow,
+    QuarantinedFile,
+    RunRecord,
+    catalog,
+    get_run,
+    latest_payout,
+    open_store,
+    quarantined_files,
+)
 from warehouse.tables import file_digest, files_digest, ids_digest
 
 _SHOWN = 5  # ids or files named in one line before "..."
@@ -110,6 +119,7 @@ def audit_payout(settings: Settings, creator_id: str, day: date, run_id: str | N
             )
         run = get_run(store, row.run_id)
         videos = catalog(store)
+        held = quarantined_files(store)
     if run is None:  # the ledger's foreign key makes this a damaged store
         raise StoreError(f"ledger row {row.id} names run {row.run_id!r}, which batch_runs does not hold")
     cutoff = run.cutoff
@@ -139,7 +149,7 @@ def audit_payout(settings: Settings, creator_id: str, day: date, run_id: str | N
         ledger_digest=row.counted_ids_digest,
         log_digest=log_digest,
         differences=tuple(differences),
-        notes=tuple(_notes(settings, row, bot_filter)),
+        notes=(*_notes(settings, row, bot_filter), *_quarantine_notes(run, row, held)),
         input_files=dict(row.input_files),
         current=current is not None and current.id == row.id,
     )
@@ -153,6 +163,15 @@ def _notes(settings: Settings, row: LedgerRow, bot_filter: BotFilter) -> Iterato
             f"the ledger's rate {row.rate_per_1000} per 1000 views differs from the current setting "
             f"{settings.payout_rate_per_1000_views}; the audit uses the ledger's"
         )
+
+
+def _quarantine_notes(run: RunRecord, row: LedgerRow, held: Mapping[str, QuarantinedFile]) -> Iterator[str]:
+    """The raw files the run left out (in quarantine then), and the row's files quarantined since."""
+    for path, reason in sorted((run.excluded_files or {}).items()):
+        now = "still in quarantine" if path in held else "released since: the next run counts it"
+        yield f"run {run.run_id} left out {path}, in quarantine then ({reason}); {now}"
+    for path in sorted(set(row.input_files) & set(held)):
+        yield f"{path} went into quarantine after the run ({held[path].reason}): the log read here lacks it"
 
 
 def _file_differences(raw_dir: Path, recorded: dict[str, str], found: frozenset[str]) -> list[str]:

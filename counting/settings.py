@@ -204,6 +204,11 @@ class Settings(BaseSettings):
         return self.own_log_dir / "_watermark"
 
     @property
+    def quarantine_dir(self) -> Path:
+        """Where raw files taken out of the log wait (`tally batch quarantine`), by their log path."""
+        return self.data_dir / "quarantine"
+
+    @property
     def baselines_dir(self) -> Path:
         return self.data_dir / "baselines"
 

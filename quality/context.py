@@ -89,11 +89,28 @@ def run_suite(
     )
     result = checkpoint.run(batch_parameters={"dataframe": frame}, run_id=gx.RunIdentifier(run_name=run_name))
     failures: list[str] = []
+    failing: list[str] = []
     page: Path | None = None
     for identifier, validation in result.run_results.items():
         page = _docs_page(context, identifier) or page
-        failures += [_plain_words(r, index_columns) for r in validation.results if not r.success]
-    return SuiteOutcome(suite=suite.name, rows=len(frame), failures=tuple(failures), docs_page=page)
+        failed = [r for r in validation.results if not r.success]
+        failures += [_plain_words(r, index_columns) for r in failed]
+        failing += [key for r in failed for key in _failing_keys(r)]
+    return SuiteOutcome(
+        suite=suite.name,
+        rows=len(frame),
+        failures=tuple(failures),
+        docs_page=page,
+        failing=tuple(dict.fromkeys(failing)),
+    )
+
+
+def _failing_keys(outcome: Any) -> list[str]:
+    """The index values of a failed expectation's example rows (one column: its value; several:
+    joined by ' / ')."""
+    result: Mapping[str, Any] = outcome.result or {}
+    rows = result.get("partial_unexpected_index_list") or []
+    return [" / ".join(str(_plain(v)) for v in row.values()) for row in rows if isinstance(row, Mapping)]
 
 
 def _docs_page(context: FileDataContext, identifier: Any) -> Path | None:

@@ -24,3 +24,7 @@ class ValidationFailed(QualityError):
 
 class UnvalidatedInputs(QualityError):
     """A run read a raw file that is not validated with its current checksum."""
+
+
+class QuarantineRefused(QualityError, ValueError):
+    """A quarantine or release that cannot be done as asked (no such file, no reason given)."""

@@ -14,6 +14,8 @@ class SuiteOutcome:
     rows: int
     failures: tuple[str, ...] = ()
     docs_page: Path | None = None
+    # The index values (e.g. the file) of the failing rows shown as examples, each once.
+    failing: tuple[str, ...] = ()
 
     @property
     def success(self) -> bool:
@@ -39,6 +41,11 @@ class ValidationReport:
     @property
     def failures(self) -> tuple[str, ...]:
         return tuple(f"[{o.suite}] {failure}" for o in self.outcomes for failure in o.failures)
+
+    @property
+    def failing(self) -> tuple[str, ...]:
+        """The index values (e.g. files) of the failing rows shown as examples, each once."""
+        return tuple(dict.fromkeys(key for o in self.outcomes for key in o.failing))
 
     @property
     def docs_pages(self) -> tuple[Path, ...]:

@@ -5,6 +5,7 @@ outputs before the baseline is published. Each keeps its results as data docs un
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -98,11 +99,26 @@ def validate_raw(
         scope=_scope(check, frame_rows, interval_rows if since_ms is not None else None, interval),
         notes=tuple(f"{path} changed since it was validated: checked again" for path in check.changed),
     )
+    if not report.success:
+        report = replace(report, notes=(*report.notes, *_way_forward(report)))
     if report.success:
         now = datetime.now(UTC)
         passed = [p.validated(int(rows_by_file.get(p.path, 0)), now, run_id) for p in check.pending]
         inputs.record(settings.store_url, [*passed, *check.restated])
     return report
+
+
+def _way_forward(report: ValidationReport) -> tuple[str, ...]:
+    """What an operator can do about a failed raw gate: repair the files, or quarantine them."""
+    files = report.failing
+    if not files:
+        return ()
+    return (
+        f"files with failing rows: {', '.join(files)}",
+        "nothing was published; repair the file(s), or take each out of the log so that runs go on "
+        "without it (recorded with every run, its events counted again once released): "
+        "tally batch quarantine FILE --reason '…' (then 'tally batch release FILE --reason …')",
+    )
 
 
 def _growth_rule(cutoff_ms: int, rules_version: str, previous: Baseline | None) -> tuple[bool, str | None]:

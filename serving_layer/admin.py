@@ -8,10 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.dataset as ds
+import sqlalchemy as sa
+from sqlalchemy.exc import SQLAlchemyError
 
 from counting.logschema import EVENT_COLUMNS
+from serving_layer.errors import StoreUnavailable
 from warehouse.baseline import Baseline
+from warehouse.connection import open_store
+from warehouse.errors import StoreError
 from warehouse.explanations import REFUSED, explanation_of, explanations_of_video
+from warehouse.quarantine import quarantined_files
 
 ACCEPTED = "accepted"  # judged by the served run: neither refused nor flagged
 NOT_JUDGED = "not_judged"
@@ -123,3 +129,34 @@ def video_explanations(
             "views": views,
         },
     }
+
+
+def quarantine_list(store_url: str, released: bool) -> list[dict[str, Any]]:
+    """The raw files in quarantine (and, with `released`, those put back), as the store records them."""
+    try:
+        with open_store(store_url) as store:
+            if not sa.inspect(store.engine).has_table("quarantined_files"):
+                return []
+            found = quarantined_files(store, active_only=not released)
+    except (SQLAlchemyError, StoreError) as exc:
+        raise StoreUnavailable(
+            f"the relational store is not readable ({exc}): set TALLY_DATABASE_URL"
+        ) from exc
+    return [{**q.__dict__, "active": q.active} for q in found.values()]
+
+
+def quarantined_events(quarantine_dir: Path, video_id: str) -> dict[str, int]:
+    """How many rows of the video the files in quarantine hold (left out of every run), in how many
+    files."""
+    files = sorted(quarantine_dir.rglob("*.parquet")) if quarantine_dir.is_dir() else []
+    rows, holding = 0, 0
+    for path in files:
+        try:
+            table = ds.dataset(path, format="parquet").to_table(
+                columns=["video_id"], filter=ds.field("video_id") == video_id
+            )
+        except (OSError, ValueError):
+            continue  # unreadable: likely why it is in quarantine; the list route names it
+        rows += table.num_rows
+        holding += table.num_rows > 0
+    return {"files": holding, "rows": rows}

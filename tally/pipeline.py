@@ -171,9 +171,10 @@ def publish(
     """Switch readers to the run's baseline unless a later cutoff is already served (a backfill of
     an old interval rewrites its outputs but never moves the served baseline back; `force` does),
     and record the run in the store's batch runs: when it was published, the operator's reason to
-    let views fall, whether validation was skipped or the switch forced. True if switched."""
+    let views fall, whether validation was skipped or the switch forced, the raw files in quarantine
+    (left out of the log it read). True if switched."""
     from warehouse.migrate import migrate
-    from warehouse.store import SUCCEEDED, RunRecord, get_run, open_store, record_run
+    from warehouse.store import SUCCEEDED, RunRecord, get_run, open_store, quarantined_files, record_run
 
     result = BatchResult(**run)
     served = current_baseline(settings.baselines_dir)
@@ -194,6 +195,7 @@ def publish(
     now = datetime.now(UTC)
     with open_store(settings.store_url) as store:
         recorded = get_run(store, result.run_id)
+        excluded = {path: q.reason for path, q in quarantined_files(store).items()}
         record_run(
             store,
             RunRecord(
@@ -209,6 +211,7 @@ def publish(
                 allow_decrease_reason=(allow_decrease_reason or "").strip() or None,
                 skip_validation=skip_validation,
                 forced=force and (behind or result.events_read == 0),
+                excluded_files=excluded or None,
             ),
         )
     return switched
@@ -295,6 +298,7 @@ def batch_run(
         )
     if not run_inputs(settings.raw_dir, cutoff):
         _nothing_read(cutoff, force, warn)
+    _say_quarantined(settings, warn)
     raw_summary = None
     if skip_validation:
         warn(f"--skip-validation: run {run_id} is published WITHOUT validating its inputs or outputs")
@@ -310,6 +314,19 @@ def batch_run(
     published = publish(settings, run, allow_decrease_reason, skip_validation, force)
     written = write_run_payouts(settings, result.run_id)[1] if payouts else None
     return ManualRun(result, published, raw_summary, output_summary, written)
+
+
+def _say_quarantined(settings: Settings, warn: Callable[[str], None]) -> None:
+    """Warn that the run leaves the files in quarantine out, naming them."""
+    from quality.quarantine import in_quarantine
+
+    held = in_quarantine(settings)
+    if held:
+        named = "; ".join(f"{path} ({q.rows} rows: {q.reason})" for path, q in held.items())
+        warn(
+            f"{len(held)} raw file(s) in quarantine are left out of this run (recorded with it): "
+            f"{named}; 'tally batch release FILE --reason …' puts one back"
+        )
 
 
 def _nothing_read(cutoff: int, force: bool, warn: Callable[[str], None]) -> None:

@@ -25,7 +25,8 @@ class RunRecord:
     raw directory) to its sha256. `published_at`: when readers were switched to its baseline (None:
     never, e.g. a backfill behind the served cutoff); `allow_decrease_reason`: why the operator let
     its views fall below the served ones; `skip_validation`: published without the quality gates;
-    `forced`: published behind the served cutoff or with no event read."""
+    `forced`: published behind the served cutoff or with no event read; `excluded_files`: the raw
+    files in quarantine when it read the log (path -> reason), which it left out."""
 
     run_id: str
     cutoff: int
@@ -39,6 +40,7 @@ class RunRecord:
     allow_decrease_reason: str | None = None
     skip_validation: bool = False
     forced: bool = False
+    excluded_files: dict[str, str] | None = None
 
 
 def record_run(store: Store, run: RunRecord) -> None:
@@ -64,6 +66,7 @@ def run_values(run: RunRecord) -> dict[str, Any]:
         "allow_decrease_reason": run.allow_decrease_reason,
         "skip_validation": run.skip_validation,
         "forced": run.forced,
+        "excluded_files": dict(sorted(run.excluded_files.items())) if run.excluded_files else None,
     }
 
 
@@ -85,6 +88,7 @@ def get_run(store: Store, run_id: str) -> RunRecord | None:
         allow_decrease_reason=row.allow_decrease_reason,
         skip_validation=bool(row.skip_validation),
         forced=bool(row.forced),
+        excluded_files=dict(row.excluded_files) if row.excluded_files else None,
     )
 
 

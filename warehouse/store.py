@@ -1,7 +1,8 @@
 """The relational store: open it, keep the video catalog, record batch runs, write and read the
-payout ledger, record validated raw files. Every statement is parameterised; nothing here migrates
-the schema (see `migrate`). One module per part: `connection`, `catalog`, `runs`, `ledger`,
-`validated`; their public names stay importable from here, where the other layers import them."""
+payout ledger, record validated and quarantined raw files. Every statement is parameterised;
+nothing here migrates the schema (see `migrate`). One module per part: `connection`, `catalog`,
+`runs`, `ledger`, `validated`, `quarantine`; their public names stay importable from here, where
+the other layers import them."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from warehouse.ledger import (
     payout_summaries,
     write_ledger,
 )
+from warehouse.quarantine import QuarantinedFile, quarantined_files, record_quarantine
 from warehouse.runs import FAILED, RUN_STATUSES, RUNNING, SUCCEEDED, RunRecord, get_run, record_run
 from warehouse.validated import ValidatedFile, record_validated, validated_files
 
@@ -29,6 +31,7 @@ __all__ = [
     "LedgerRow",
     "PayoutRow",
     "PayoutSummary",
+    "QuarantinedFile",
     "RunRecord",
     "Store",
     "ValidatedFile",
@@ -39,6 +42,8 @@ __all__ = [
     "ledger_rows",
     "open_store",
     "payout_summaries",
+    "quarantined_files",
+    "record_quarantine",
     "record_run",
     "record_validated",
     "upsert_catalog",

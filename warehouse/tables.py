@@ -80,6 +80,22 @@ batch_runs = sa.Table(
     sa.Column("skip_validation", sa.Boolean, nullable=False, server_default=sa.false()),
     # Published over a served baseline of a later cutoff, or with no event read (`--force`).
     sa.Column("forced", sa.Boolean, nullable=False, server_default=sa.false()),
+    # The raw files in quarantine when the run read the log (path -> reason): left out of it.
+    sa.Column("excluded_files", sa.JSON, nullable=True),
+)
+
+# Raw log files an operator took out of the log after they failed the raw-log gate (`tally batch
+# quarantine`): moved aside, so no run reads them, until released (moved back and validated again).
+quarantined_files = sa.Table(
+    "quarantined_files",
+    metadata,
+    sa.Column("path", sa.String(1024), primary_key=True),  # relative to the raw directory
+    sa.Column("sha256", sa.String(64), nullable=False),  # when it was quarantined
+    sa.Column("rows", sa.BigInteger, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("quarantined_at", UtcDateTime, nullable=False),
+    sa.Column("released_at", UtcDateTime, nullable=True),
+    sa.Column("release_reason", sa.Text, nullable=True),
 )
 
 # The raw log files that passed the raw-log suite, with the checksum they had then: a run reads

@@ -1,4 +1,5 @@
-"""The admin routes (admin key required): a video's raw events and refusals, one event's verdict."""
+"""The admin routes (admin key required): a video's raw events and refusals, one event's verdict,
+the raw files in quarantine."""
 
 from __future__ import annotations
 
@@ -8,7 +9,15 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query
 
 from counting.settings import Settings
-from serving_layer.admin import event_verdict, is_admin, logged_event, raw_events, video_explanations
+from serving_layer.admin import (
+    event_verdict,
+    is_admin,
+    logged_event,
+    quarantine_list,
+    quarantined_events,
+    raw_events,
+    video_explanations,
+)
 from serving_layer.routes.params import EventIdPath, VideoIdPath
 from serving_layer.schemas import ErrorAnswer, error_answer
 from serving_layer.stats import StatsReader
@@ -31,7 +40,21 @@ def admin_router(settings: Settings, reader: StatsReader) -> APIRouter:
         counts = await reader.stats(video_id)
         baseline = reader.baselines.get()
         explained = await asyncio.to_thread(video_explanations, settings.batch_dir, baseline, video_id, limit)
-        return {"video_id": video_id, "rejected": counts["rejected"], **explained, **raw}
+        held = await asyncio.to_thread(quarantined_events, settings.quarantine_dir, video_id)
+        answer = {"video_id": video_id, "rejected": counts["rejected"], **explained, **raw}
+        return {**answer, "in_quarantine": held}
+
+    @router.get("/v1/admin/quarantine")
+    async def admin_quarantine(
+        released: Annotated[bool, Query(description="list the released files too")] = False,
+        x_admin_key: Annotated[str | None, Header()] = None,
+    ) -> Any:
+        """The raw files in quarantine: left out of every batch run until released, with the
+        operator's reason (`tally batch quarantine`); admin key required."""
+        if not is_admin(x_admin_key, settings.admin_key):
+            return error_answer(401, "x-admin-key", "missing or wrong admin key")
+        files = await asyncio.to_thread(quarantine_list, settings.store_url, released)
+        return {"files": files}
 
     @router.get(
         "/v1/admin/events/{event_id}",

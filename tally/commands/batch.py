@@ -88,6 +88,55 @@ def batch_run(
     console.print_json(json.dumps(answer, default=str))
 
 
+@batch_app.command("quarantine")
+@clear_errors
+def batch_quarantine(
+    file: Annotated[
+        str, typer.Argument(help="the raw file, as the failed validation names it (or its full path)")
+    ],
+    reason: Annotated[str, typer.Option(help="why it is taken out of the log (recorded)")],
+    data_dir: DataDir = None,
+) -> None:
+    """Take a raw file that fails validation out of the log: runs go on without its events (each
+    run records the files it left out) until it is released."""
+    from quality.quarantine import quarantine
+
+    record = quarantine(settings_of(data_dir), file, reason)
+    console.print_json(json.dumps(record.__dict__, default=str))
+
+
+@batch_app.command("release")
+@clear_errors
+def batch_release(
+    file: Annotated[str, typer.Argument(help="the quarantined file's log path")],
+    reason: Annotated[str, typer.Option(help="why it goes back (e.g. what was repaired; recorded)")],
+    data_dir: DataDir = None,
+) -> None:
+    """Put a quarantined file (as it now lies in the quarantine directory) back into the log: the
+    next run validates it before counting its events again."""
+    from quality.quarantine import release
+
+    record = release(settings_of(data_dir), file, reason)
+    console.print_json(json.dumps(record.__dict__, default=str))
+
+
+@batch_app.command("quarantined")
+@clear_errors
+def batch_quarantined(
+    data_dir: DataDir = None,
+    released: Annotated[bool, typer.Option("--released", help="list the released files too")] = False,
+) -> None:
+    """The raw files in quarantine: path, rows, reason and when (with --released, those put back)."""
+    from warehouse.migrate import migrate
+    from warehouse.store import open_store, quarantined_files
+
+    settings = settings_of(data_dir)
+    migrate(settings.store_url)
+    with open_store(settings.store_url) as store:
+        rows = [q.__dict__ for q in quarantined_files(store, active_only=not released).values()]
+    console.print_json(json.dumps(rows, default=str))
+
+
 def _announce_milestones(settings: Settings, warn: Callable[[str], None]) -> list[str] | None:
     """Announce what the published run reached; a failure is a warning (the run is published and
     the milestones wait in the store): the ids sent, or None."""
