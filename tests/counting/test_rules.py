@@ -116,3 +116,25 @@ def test_a_session_watches_while_its_heartbeats_second_is_within_presence_of_now
     assert rules.is_watching(now, now - 1, now)
     assert not rules.is_watching(now, now, now)  # the leave wins a tie
     assert not rules.is_watching(None, None, now)
+
+
+@EXAMPLES
+@given(
+    plan=st.lists(
+        st.tuples(st.integers(0, 4), st.one_of(st.none(), st.integers(1_000, 1_003))), min_size=0, max_size=12
+    )
+)
+def test_first_copies_keep_one_copy_of_each_event_id_the_one_that_counts(plan, make_event):
+    """(id, ingest_ts) per event: the copy kept is the first by `first_copy_order`, the earlier one
+    among equals; every copy left out is named with the copy kept in its place."""
+    events = [msgspec.structs.replace(_event(make_event, event_id=f"e{i}"), ingest_ts=ts) for i, ts in plan]
+
+    kept, left_out = rules.first_copies(events)
+
+    best: dict[str, int] = {}
+    for position, event in enumerate(events):
+        other = best.get(event.event_id)
+        if other is None or rules.first_copy_order(event) < rules.first_copy_order(events[other]):
+            best[event.event_id] = position
+    assert kept == [e for p, e in enumerate(events) if p in set(best.values())]
+    assert left_out == sorted((p, best[e.event_id]) for p, e in enumerate(events) if p != best[e.event_id])

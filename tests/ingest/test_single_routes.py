@@ -3,9 +3,12 @@ only when trusted), event id and time supplied by the server when the body leave
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
+import httpx
 import pytest
 import redis
 from confluent_kafka import Consumer, TopicPartition
@@ -17,6 +20,8 @@ from counting.wire import decode_events
 from ingest.app import create_app
 from ingest.auth import issue_token
 from ingest.routes import SINGLE_ROUTES
+from tally.services import free_port, wait_for_port
+from tally.stack import settings_env
 from tally.topics import ensure_topics
 
 pytestmark = pytest.mark.integration
@@ -227,3 +232,60 @@ def test_openapi_of_each_single_route_says_what_its_event_requires(from_outside:
     assert offered == {"view"}
     refused = from_outside.post("/v1/videos/abc/view", json={"watch_secs": 40})
     assert (refused.status_code, refused.json()["errors"][0]["field"]) == (422, "session_id")
+
+
+def test_copies_of_an_event_in_one_batch_are_written_once_and_named(
+    ingest_settings: Settings,
+) -> None:
+    """A client that retries by resending its buffer: the copy is left out (the log never holds one
+    event twice at one Kafka position, which the raw gate refuses as corruption) and the answer
+    names it; a copy sent again in a later request is written (the counters count it once)."""
+    now = _now()
+    view = {
+        "event_id": "r1",
+        "type": "view",
+        "video_id": "abc",
+        "ts": now,
+        "session_id": "s",
+        "watch_secs": 40,
+    }
+    like = {"event_id": "r2", "type": "like", "video_id": "abc", "ts": now, "user_id": "u1"}
+    headers = {"x-collector-key": ingest_settings.collector_key}
+    with TestClient(create_app(ingest_settings)) as collector:
+        first = collector.post(
+            "/v1/events", json={"events": [view, like, {"oops": 1}, view]}, headers=headers
+        )
+        again = collector.post("/v1/events", json={"events": [like]}, headers=headers)
+
+    assert first.status_code == 422, first.text  # the malformed event; the others are written
+    answer = first.json()
+    assert answer["accepted"] == 2
+    assert answer["warnings"] == [
+        "events[3]: event_id 'r1' repeats events[0]; a retry inside one request is written and counted once"
+    ]
+    assert again.status_code == 202 and again.json()["accepted"] == 1
+    assert sorted(e.event_id for e in _written(ingest_settings, 3)) == ["r1", "r2", "r2"]
+
+
+def test_the_ingest_process_believes_forwarded_for_only_from_a_trusted_proxy(
+    ingest_settings: Settings,
+) -> None:
+    """`python -m ingest` as the stack runs it: a loopback peer is no trusted proxy here, so its
+    X-Forwarded-For is ignored (uvicorn's own proxy handling would have believed it)."""
+    port = free_port()
+    env = {**settings_env(ingest_settings), "TALLY_INGEST_PORT": str(port)}
+    server = subprocess.Popen([sys.executable, "-m", "ingest"], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_port(port, 60, "the ingest API", alive=lambda: server.poll() is None)
+        answer = httpx.post(
+            f"http://127.0.0.1:{port}/v1/videos/abc/view",
+            json={"event_id": "x1", "ts": _now(), "session_id": "s1", "watch_secs": 40},
+            headers={**_signed(ingest_settings), "x-forwarded-for": "203.0.113.9"},
+            timeout=10,
+        )
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)
+
+    assert answer.status_code == 202, answer.text
+    assert [(e.event_id, e.ip) for e in _written(ingest_settings, 1)] == [("x1", "127.0.0.1")]
