@@ -21,7 +21,7 @@ from counting.version import VERSION
 from serving_layer.baselines import BaselineCache
 from serving_layer.cache import ReadCache
 from serving_layer.creators import creators_router
-from serving_layer.errors import StoreUnavailable
+from serving_layer.errors import StoreUnavailable, UnknownCreator
 from serving_layer.fast_path import STATS_PATH, PlainStats
 from serving_layer.metrics import instrument
 from serving_layer.milestones import milestones_router
@@ -34,7 +34,7 @@ from serving_layer.routes import (
     payouts_router,
     videos_router,
 )
-from serving_layer.schemas import ERRORS, unavailable
+from serving_layer.schemas import ERRORS, unavailable, unknown_creator
 from serving_layer.speed import top_videos
 from serving_layer.stats import REDIS_ERRORS, Answer, StatsReader, now_ms
 from serving_layer.trends import trends_router
@@ -80,7 +80,8 @@ def _lifespan(
 
 
 def _handle_errors(app: FastAPI) -> None:
-    """Invalid requests answer 422 with one entry per field; an unreachable store answers 503."""
+    """Invalid requests answer 422 with one entry per field; an unreachable store answers 503; a
+    creator not in the catalog answers 404."""
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Any, exc: RequestValidationError) -> JSONResponse:
@@ -92,6 +93,10 @@ def _handle_errors(app: FastAPI) -> None:
     @app.exception_handler(StoreUnavailable)
     async def _unavailable(_: Any, exc: StoreUnavailable) -> JSONResponse:
         return unavailable(exc)
+
+    @app.exception_handler(UnknownCreator)
+    async def _unknown_creator(_: Any, exc: UnknownCreator) -> JSONResponse:
+        return unknown_creator(exc)
 
 
 def create_app(settings: Settings) -> FastAPI:

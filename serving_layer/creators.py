@@ -10,7 +10,6 @@ from typing import Annotated
 
 import sqlalchemy as sa
 from fastapi import APIRouter, Path
-from fastapi.responses import JSONResponse
 from redis.asyncio import Redis
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -19,8 +18,8 @@ from counting.display import readable
 from counting.event import VIDEO_ID_PATTERN
 from counting.settings import Settings
 from serving_layer.baselines import BaselineCache
-from serving_layer.errors import StoreUnavailable
-from serving_layer.schemas import CreatorStats, ErrorAnswer, error_answer
+from serving_layer.errors import StoreUnavailable, UnknownCreator
+from serving_layer.schemas import UNKNOWN_CREATOR, CreatorStats
 from serving_layer.speed import new_viewers, read_video, viewers_estimate
 from serving_layer.stats import REDIS_ERRORS, now_ms
 from warehouse.catalog import creator_videos
@@ -61,7 +60,7 @@ def creators_router(settings: Settings, redis: Redis, baselines: BaselineCache) 
         hit = listed.get(creator_id)
         if hit is not None and now - hit[0] < CATALOG_TTL_S:
             return hit[1]
-        videos = await videos_cached(creator_id)
+        videos = await asyncio.to_thread(videos_of, settings.store_url, creator_id)
         if len(listed) > 100_000:
             listed.clear()
         if videos:  # an unknown creator is asked again: its catalog may be loaded any moment
@@ -71,19 +70,15 @@ def creators_router(settings: Settings, redis: Redis, baselines: BaselineCache) 
     @router.get(
         "/v1/creators/{creator_id}/stats",
         response_model=CreatorStats,
-        responses={404: {"model": ErrorAnswer, "description": "the creator has no video in the catalog"}},
+        responses=UNKNOWN_CREATOR,
     )
     async def creator_stats(
         creator_id: Annotated[str, Path(pattern=VIDEO_ID_PATTERN, description="the creator id")],
-    ) -> CreatorStats | JSONResponse:
+    ) -> CreatorStats:
         """Views, likes, dislikes and unique viewers of the creator's videos together."""
-        videos = await asyncio.to_thread(videos_of, settings.store_url, creator_id)
+        videos = await videos_cached(creator_id)
         if not videos:
-            return error_answer(
-                404,
-                "creator_id",
-                f"{creator_id!r} has no video in the catalog: load it with 'tally catalog load'",
-            )
+            raise UnknownCreator(creator_id)
         now = now_ms()
         baseline = baselines.get()
         cutoff = baseline.cutoff if baseline else 0

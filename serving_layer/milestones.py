@@ -17,7 +17,7 @@ from counting.milestones import milestone_id
 from counting.settings import Settings
 from serving_layer.errors import StoreUnavailable
 from serving_layer.schemas import MilestoneAnswer
-from warehouse.connection import open_store
+from warehouse.connection import as_utc, open_store
 from warehouse.errors import StoreError
 from warehouse.milestones import Milestone, milestones_of, recent_milestones
 
@@ -36,7 +36,7 @@ def answer_of(m: Milestone) -> MilestoneAnswer:
         views=m.views,
         run_id=m.run_id,
         cutoff=m.cutoff,
-        recorded_at=m.recorded_at.isoformat(),
+        recorded_at=as_utc(m.recorded_at).isoformat(),  # with its offset, +00:00, as payouts' times
         announced=m.announced_at is not None,
         webhook=m.webhook_state,
     )

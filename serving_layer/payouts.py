@@ -9,7 +9,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
-from serving_layer.errors import StoreUnavailable
+from serving_layer.errors import StoreUnavailable, UnknownCreator
+from warehouse.catalog import creator_videos
 from warehouse.connection import open_store
 from warehouse.errors import StoreError
 from warehouse.ledger import PayoutSummary, payout_summaries
@@ -21,12 +22,16 @@ def creator_payouts(
     """A creator's ledger rows in [since, until], newest day first, money as decimal strings: one
     per day (the current row), or with `history` every run's row, the current one first. The input
     files are summarised (how many, one digest over the list); `tally audit payout --files` lists
-    them."""
+    them. A creator of the catalog without payouts yet has none; one with no video in the catalog
+    and no row in the range raises `UnknownCreator` (the creator's stats refuse it likewise)."""
     try:
         with open_store(store_url) as store:
-            if not sa.inspect(store.engine).has_table("payout_ledger"):
-                return []  # no batch has written payouts into this store yet
-            rows = payout_summaries(store, creator_id, since, until, history)
+            tables = sa.inspect(store.engine)
+            rows: list[PayoutSummary] = []  # none before a batch wrote payouts into this store
+            if tables.has_table("payout_ledger"):
+                rows = payout_summaries(store, creator_id, since, until, history)
+            if not rows and not (tables.has_table("videos") and creator_videos(store, creator_id)):
+                raise UnknownCreator(creator_id)
     except (SQLAlchemyError, StoreError) as exc:
         raise StoreUnavailable(
             f"the relational store is not readable ({exc}): run 'tally catalog load' or a batch with "

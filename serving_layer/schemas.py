@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel
 from starlette.responses import JSONResponse
 
-from serving_layer.errors import StoreUnavailable
+from serving_layer.errors import StoreUnavailable, UnknownCreator
 
 
 class FieldError(BaseModel):
@@ -37,6 +37,21 @@ def error_answer(status: int, field: str, reason: str) -> JSONResponse:
 def unavailable(exc: StoreUnavailable) -> JSONResponse:
     """The 503 answer when no store can answer."""
     return error_answer(503, "redis", str(exc))
+
+
+# The creator routes' answer for a creator with no video in the catalog (`unknown_creator`).
+UNKNOWN_CREATOR: dict[int | str, dict[str, Any]] = {
+    404: {
+        "model": ErrorAnswer,
+        "description": "the creator has no video in the catalog: field creator_id, the reason, the id",
+    },
+}
+
+
+def unknown_creator(exc: UnknownCreator) -> JSONResponse:
+    """The 404 answer for a creator with no video in the catalog, naming it."""
+    error = {"field": "creator_id", "reason": str(exc), "value": exc.creator_id}
+    return JSONResponse(status_code=404, content={"errors": [error]})
 
 
 class InputFilesSummary(BaseModel):

@@ -70,16 +70,30 @@ def loadgen(
 
 
 @app.command()
+@clear_errors
 def token(
     user: Annotated[str, typer.Option(help="the user id the token proves (1-64 characters)")],
-    ttl: Annotated[int, typer.Option(help="lifetime in seconds")] = 3600,
+    ttl: Annotated[int, typer.Option(help="lifetime in seconds (more than 0)")] = 3600,
+    data_dir: DataDir = None,
 ) -> None:
-    """Print a signed user token for the single-event routes ('Authorization: Bearer <token>')."""
+    """Print a signed user token for the single-event routes ('Authorization: Bearer <token>').
+
+    It is signed with TALLY_USER_TOKEN_SECRET, else with the secret of the local stack under the
+    data directory (the one 'tally up' generated): without either the command refuses, as the
+    running stack would refuse a token signed with any other."""
+    from counting.settings import Settings
     from ingest.auth import issue_token
+    from tally.secrets import stack_secret
 
     if not 1 <= len(user) <= 64:
         raise typer.BadParameter(f"must be 1-64 characters (got {len(user)})", param_hint="--user")
-    print(issue_token(settings_of().user_token_secret, user, ttl))
+    if ttl <= 0:
+        raise typer.BadParameter(
+            f"must be a lifetime of more than 0 seconds (got {ttl}): such a token is expired when issued",
+            param_hint="--ttl",
+        )
+    settings = Settings() if data_dir is None else Settings(data_dir=data_dir)
+    print(issue_token(stack_secret(settings, "user_token_secret"), user, ttl))
 
 
 @app.command()

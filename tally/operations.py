@@ -32,6 +32,8 @@ from tally.stack import (
 )
 from tally.topics import ensure_topics
 
+RUNNING = "running"  # the state `stack_status` gives a process that runs
+
 
 def bring_up(settings: Settings, reset: bool = False) -> Change:
     """Start what is not running of the stack recorded under the data directory: broker, Redis,
@@ -252,7 +254,7 @@ def stack_status(settings: Settings) -> list[tuple[str, Process | None, str]] | 
         return None
     stack = load_stack(settings)
     rows: list[tuple[str, Process | None, str]] = [
-        (p.name, p, "running" if p.alive() else _exited(stack.settings, p)) for p in stack.processes
+        (p.name, p, RUNNING if p.alive() else _exited(stack.settings, p)) for p in stack.processes
     ]
     rows += [
         (name, None, "not running") for name in process_names(stack.settings) if stack.find(name) is None

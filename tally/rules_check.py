@@ -9,12 +9,15 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
 from batch_layer.audit import day_events
-from batch_layer.payouts import day_of_date
+from batch_layer.payouts import date_of_day, day_of_date
 from counting import oracle, rules
-from counting.botrules import load_rules
+from counting.botrules import RulesError, parse_rules
 from counting.bots import BotFilter, filter_of
-from counting.event import Event
+from counting.event import MAX_FUTURE_MS, Event
 from counting.settings import Settings
 
 TOP_VIDEOS = 10
@@ -48,10 +51,11 @@ class RulesCheck:
     proposed: BotFilter
     in_use: BotFilter
     changes: list[str]
-    day: date
+    day: date | None  # None: no day given and the log holds no view
     events: int
     before: DayCounts
     after: DayCounts
+    picked: bool = False  # the day was not given: the latest with views in the log
 
     def render(self) -> str:
         lines = [f"{self.path}: the rules pass the check (version {self.proposed.rules.version})"]
@@ -72,8 +76,14 @@ class RulesCheck:
                 f"  warning: the version is still {self.in_use.rules.version!r}: bump it, or counts "
                 "made with both rules carry one version"
             )
+        if self.day is None:
+            lines.append(
+                "no dry run: the log holds no view to count (send traffic, or give a day with --day)"
+            )
+            return "\n".join(lines)
+        which = "; the latest day with views in the log, pick another with --day" if self.picked else ""
         lines.append(
-            f"dry run on {self.day.isoformat()} (event time, UTC): {self.events:,} events in the log"
+            f"dry run on {self.day.isoformat()} (event time, UTC{which}): {self.events:,} events in the log"
         )
         if not self.events:
             lines.append("  the log holds no event of that day: pick another with --day")
@@ -105,14 +115,23 @@ class RulesCheck:
 
 
 def check_rules(settings: Settings, path: Path, day: date | None = None) -> RulesCheck:
-    """Check the rules file at `path` (raises `RulesError` with the line and the reason), compare it
-    with the rules in use (the settings' file, else the shipped ones) and count `day` (default:
-    yesterday, UTC) of the settings' log with both."""
-    proposed = BotFilter(load_rules(path))
+    """Check the rules file at `path`, the command's FILE (raises `RulesError` with the line and the
+    reason), compare it with the rules in use (the settings' file, else the shipped ones) and count
+    `day` of the settings' log with both (default: the latest day with views in the log)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RulesError(
+            path,
+            0,
+            f"cannot be read ({exc.strerror or exc}): check the FILE argument (the rules file to check)",
+        ) from None
+    proposed = BotFilter(parse_rules(text, path))
     in_use = filter_of(settings.bot_rules_file)
     now_ms = int(time.time() * 1000)
-    day = day or date.fromordinal(date.fromtimestamp(now_ms / 1000).toordinal() - 1)
-    events, _ = day_events(settings.raw_dir, now_ms, day)
+    picked = day is None
+    day = day or latest_view_day(settings.raw_dir, now_ms)
+    events = [] if day is None else day_events(settings.raw_dir, now_ms, day)[0]
     return RulesCheck(
         path=path,
         proposed=proposed,
@@ -122,7 +141,36 @@ def check_rules(settings: Settings, path: Path, day: date | None = None) -> Rule
         events=len(events),
         before=_count_day(events, day, in_use),
         after=_count_day(events, day, proposed),
+        picked=picked,
     )
+
+
+def latest_view_day(raw_dir: Path, before_ms: int) -> date | None:
+    """The latest UTC day of event time with a view in the log under `raw_dir` ingested before
+    `before_ms`; None when there is none. Reads the newest ingest dates first and stops at one whose
+    events cannot be later (an event's time is at most `MAX_FUTURE_MS` past its ingestion)."""
+    by_date: dict[str, list[Path]] = {}
+    for path in sorted(raw_dir.rglob("*.parquet")) if raw_dir.is_dir() else []:
+        parts = path.relative_to(raw_dir).parts
+        if any(part.startswith((".", "_")) for part in parts):  # a file still being written
+            continue
+        ingested = next((p.split("=", 1)[1] for p in parts[:-1] if p.startswith("ingest_date=")), None)
+        if ingested:
+            by_date.setdefault(ingested, []).append(path)
+    latest: int | None = None
+    for ingested in sorted(by_date, reverse=True):
+        last_ms = (day_of_date(date.fromisoformat(ingested)) + 1) * rules.DAY_MS - 1 + MAX_FUTURE_MS
+        if latest is not None and latest >= rules.day_of(last_ms):
+            break
+        for path in by_date[ingested]:
+            table = pq.read_table(path, columns=["type", "ts", "ingest_ts"], partitioning=None)
+            views = table.filter(
+                pc.and_(pc.equal(table["type"], "view"), pc.less(table["ingest_ts"], before_ms))
+            )
+            newest = pc.max(views["ts"]).as_py()
+            if newest is not None:
+                latest = max(latest or 0, rules.day_of(newest))
+    return None if latest is None else date_of_day(latest)
 
 
 def rule_changes(old: BotFilter, new: BotFilter) -> list[str]:
@@ -155,8 +203,10 @@ def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def _count_day(events: list[Event], day: date, bot_filter: BotFilter) -> DayCounts:
+def _count_day(events: list[Event], day: date | None, bot_filter: BotFilter) -> DayCounts:
     """The oracle's outcome of each view of `day` among `events`, by the rules of `bot_filter`."""
+    if day is None:
+        return DayCounts({}, {})
     number = day_of_date(day)
     views: dict[str, int] = {}
     rejected: dict[str, dict[str, int]] = {}

@@ -1,4 +1,5 @@
-"""The local stack's secrets: generated once into `<run_dir>/secrets.json` (mode 0600), read after."""
+"""The local stack's secrets: generated once into `<run_dir>/secrets.json` (mode 0600), read after;
+`stack_secret` reads one without ever creating the file (for commands that talk to a running stack)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from counting.settings import SECRETS, Settings
 from tally.errors import StackError
+from tally.launch import command_line
 
 SECRETS_FILE = "secrets.json"
 
@@ -65,3 +67,22 @@ def with_local_secrets(settings: Settings) -> Settings:
     finally:
         os.close(folder)  # and with it the lock
     return settings.model_copy(update={name: stored[name] for name in missing})
+
+
+def stack_secret(settings: Settings, name: str) -> str:
+    """The secret `name` (one of `SECRETS`) of the settings, else the local stack's, read from
+    `<run_dir>/secrets.json` as 'tally up' wrote it. Nothing is created: a secret that neither holds
+    raises `StackError` naming the file, since a new one would not be the one the stack runs with."""
+    given = str(getattr(settings, name))
+    if given:
+        return given
+    path = secrets_path(settings)
+    stored = _read(path)
+    if name in stored:
+        return stored[name]
+    where = path.absolute()
+    found = f"{where} has no {name!r}" if path.exists() else f"no local stack's secrets at {where}"
+    raise StackError(
+        f"{found}: start the stack with '{command_line(settings, 'up')}', or pass --data-dir of the "
+        f"running stack (or set TALLY_{name.upper()} to the secret it runs with)"
+    )

@@ -37,3 +37,17 @@ def creator_videos(store: Store, creator_id: str) -> list[str]:
             sa.select(videos.c.video_id).where(videos.c.creator_id == creator_id).order_by(videos.c.video_id)
         )
         return [row.video_id for row in connection.execute(query)]
+
+
+def creators(store: Store) -> dict[str, list[CatalogRow]]:
+    """Every creator of the catalog with its videos, both in id order; empty while no catalog was
+    loaded (the store not even migrated)."""
+    with transaction(store) as connection:
+        if not sa.inspect(connection).has_table(videos.name):
+            return {}
+        query = sa.select(videos).order_by(videos.c.creator_id, videos.c.video_id)
+        found: dict[str, list[CatalogRow]] = {}
+        for r in connection.execute(query):
+            row = CatalogRow(r.video_id, r.creator_id, float(r.duration_secs), bool(r.monetized))
+            found.setdefault(row.creator_id, []).append(row)
+        return found

@@ -1,15 +1,16 @@
 """The milestones table: each (video, step) a published baseline reached, written once, and the
-state of its announcements (the milestones topic, the webhook): the outbox they are sent from."""
+state of its announcements (the milestones topic, the webhook): the outbox they are sent from. Its
+times are UTC, timezone-aware both ways (written converted to UTC, read back with UTC attached)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 
 import sqlalchemy as sa
 
-from warehouse.connection import Store
+from warehouse.connection import Store, as_utc
 from warehouse.tables import milestones
 
 OFF, PENDING, DELIVERED, DEAD = "off", "pending", "delivered", "dead"
@@ -31,7 +32,35 @@ class Milestone:
 
 
 def _of(row: sa.Row[tuple[object, ...]]) -> Milestone:
-    return Milestone(**row._asdict())
+    """A milestone read back, its times in UTC (SQLite gives them back without an offset)."""
+    m = Milestone(**row._asdict())
+    return replace(
+        m,
+        recorded_at=as_utc(m.recorded_at),
+        announced_at=_maybe(m.announced_at, as_utc),
+        webhook_next_at=_maybe(m.webhook_next_at, as_utc),
+    )
+
+
+def _in_utc(m: Milestone) -> Milestone:
+    """A milestone to write, its times converted to UTC."""
+    return replace(
+        m,
+        recorded_at=_utc(m.recorded_at),
+        announced_at=_maybe(m.announced_at, _utc),
+        webhook_next_at=_maybe(m.webhook_next_at, _utc),
+    )
+
+
+def _utc(moment: datetime) -> datetime:
+    """A time to write, in UTC (SQLite keeps no offset: what it stores must be UTC already)."""
+    if moment.tzinfo is None:
+        raise ValueError(f"a milestone's times must be timezone-aware (got {moment.isoformat()!r})")
+    return moment.astimezone(UTC)
+
+
+def _maybe(moment: datetime | None, convert: Callable[[datetime], datetime]) -> datetime | None:
+    return None if moment is None else convert(moment)
 
 
 def record_milestones(store: Store, found: Iterable[Milestone]) -> list[Milestone]:
@@ -49,7 +78,7 @@ def record_milestones(store: Store, found: Iterable[Milestone]) -> list[Mileston
                 )
             )
         }
-        new = [m for key, m in sorted(candidates.items()) if key not in known]
+        new = [_in_utc(m) for key, m in sorted(candidates.items()) if key not in known]
         if new:
             connection.execute(milestones.insert(), [m.__dict__ for m in new])
     return new
@@ -90,7 +119,7 @@ def mark_announced(store: Store, keys: Iterable[tuple[str, int]], at: datetime) 
             connection.execute(
                 milestones.update()
                 .where((milestones.c.video_id == video_id) & (milestones.c.step == step))
-                .values(announced_at=at)
+                .values(announced_at=_utc(at))
             )
 
 
@@ -100,7 +129,7 @@ def webhook_due(store: Store, now: datetime) -> list[Milestone]:
         query = (
             sa.select(milestones)
             .where(milestones.c.webhook_state == PENDING)
-            .where(sa.or_(milestones.c.webhook_next_at.is_(None), milestones.c.webhook_next_at <= now))
+            .where(sa.or_(milestones.c.webhook_next_at.is_(None), milestones.c.webhook_next_at <= _utc(now)))
             .order_by(milestones.c.recorded_at, milestones.c.video_id, milestones.c.step)
         )
         return [_of(row) for row in connection.execute(query)]
@@ -116,7 +145,7 @@ def set_webhook(
             .values(
                 webhook_state=state,
                 webhook_attempts=attempts,
-                webhook_next_at=next_at,
+                webhook_next_at=_maybe(next_at, _utc),
                 webhook_error=None if error is None else error[:500],
             )
         )

@@ -4,12 +4,18 @@ rules file)."""
 
 from __future__ import annotations
 
+import json
+import shlex
+import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tally.commands.common import DataDir, clear_errors, console, settings_of
+from tally.commands.common import DataDir, clear_errors, console, say, settings_of
+
+if TYPE_CHECKING:
+    from counting.catalog import CatalogRow
 
 catalog_app = typer.Typer(help="The video catalog in the relational store.", no_args_is_help=True)
 speed_app = typer.Typer(help="The speed layer's Redis state.", no_args_is_help=True)
@@ -37,6 +43,49 @@ def catalog_load(
     console.print(f"loaded {len(rows)} videos into {settings.store_url}")
 
 
+@catalog_app.command("list")
+@clear_errors
+def catalog_list(
+    data_dir: DataDir = None,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="print JSON: each creator with its videos (duration, monetized)"),
+    ] = False,
+) -> None:
+    """List the creators of the catalog in the relational store and their videos."""
+    from rich.table import Table
+    from sqlalchemy import make_url
+
+    from tally.launch import command_line
+    from warehouse.catalog import creators
+    from warehouse.store import open_store
+
+    settings = settings_of(data_dir)
+    with open_store(settings.store_url) as store:
+        found = creators(store)
+    if as_json:
+        listed = [
+            {"creator_id": creator, "videos": [_video_fields(v) for v in videos]}
+            for creator, videos in found.items()
+        ]
+        print(json.dumps(listed))
+        return
+    if not found:
+        where = make_url(settings.store_url).render_as_string(hide_password=True)
+        say(f"the catalog in {where} is empty: load one with '{command_line(settings, 'catalog load')}'")
+        return
+    table = Table("creator", "videos", "monetized", "video ids", box=None)
+    for creator, videos in found.items():
+        ids = ", ".join(v.video_id for v in videos)
+        table.add_row(creator, str(len(videos)), str(sum(v.monetized for v in videos)), ids)
+    console.print(table, soft_wrap=False, markup=False, highlight=False)
+    say(f"{len(found)} creators, {sum(len(vs) for vs in found.values())} videos")
+
+
+def _video_fields(video: CatalogRow) -> dict[str, object]:
+    return {"video_id": video.video_id, "duration_secs": video.duration_secs, "monetized": video.monetized}
+
+
 @rules_app.command("check")
 @clear_errors
 def rules_check(
@@ -44,13 +93,15 @@ def rules_check(
     day: Annotated[
         str | None,
         typer.Option(
-            help="the day of the log to count with both rules, YYYY-MM-DD (default: yesterday, UTC)"
+            help="the day of the log to count with both rules, YYYY-MM-DD, UTC (default: the latest "
+            "day with views in the log)"
         ),
     ] = None,
     data_dir: DataDir = None,
 ) -> None:
     """Check a bot rules file (a bad one is refused with its line and the reason), say what it changes
-    from the rules in use, and count a day of the log with both: a dry run, nothing is written."""
+    from the rules in use, and count a day of the log with both (--day, else the latest day with
+    views in the log, which it names): a dry run, nothing is written."""
     from datetime import date
 
     from tally.rules_check import check_rules
@@ -138,4 +189,22 @@ def warehouse_build(
     report = build_warehouse(settings_of(data_dir), path=out)
     for model in report.models:
         console.print(f"  {model.name:<32} {model.materialized:<6} {model.rows:>10,} rows")
-    console.print(f"wrote {report.path} in {report.seconds:.1f} s: open it with `duckdb {report.path}`")
+    say(f"wrote {report.path} in {report.seconds:.1f} s")
+    for line in _how_to_open(report.path):
+        say(line)
+
+
+def _how_to_open(path: Path) -> list[str]:
+    """How to open the warehouse read-only: with this Python's DuckDB package, which Tally installs,
+    or with DuckDB's command line, which it does not."""
+    import duckdb
+
+    opened = f"duckdb.connect({json.dumps(str(path))}, read_only=True)"
+    code = f'import duckdb; db = {opened}; db.sql("show tables").show()'
+    return [
+        "open it read-only with the DuckDB Python package Tally installed, then db.sql('...').show():",
+        f"  {shlex.quote(sys.executable)} -i -c {shlex.quote(code)}",
+        f"or with DuckDB's command line, a separate install (not part of Tally; a version that reads "
+        f"files of DuckDB {duckdb.__version__}):",
+        f"  duckdb -readonly {shlex.quote(str(path))}",
+    ]

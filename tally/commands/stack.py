@@ -21,6 +21,7 @@ Worker = Annotated[
         show_default=False,
     ),
 ]
+NOT_RUNNING = 1  # `tally status`'s exit status when a process of the stack does not run
 ResetBroker = Annotated[
     bool,
     typer.Option(
@@ -136,18 +137,23 @@ def down(data_dir: DataDir = None) -> None:
 
 @clear_errors
 def status(data_dir: DataDir = None) -> None:
-    """List the processes of the local stack and whether they run."""
+    """List the processes of the local stack and whether they run.
+
+    Exits 0 when every process of the stack runs, 1 when one does not or no stack is recorded (for
+    scripts and probes), 2 on an error."""
     from tally.launch import command_line
-    from tally.operations import stack_status
+    from tally.operations import RUNNING, stack_status
 
     settings = settings_of(data_dir)
     rows = stack_status(settings)
     if rows is None:
         say(f"no stack recorded under {settings.data_dir}; start one with '{command_line(settings, 'up')}'")
-        return
+        raise typer.Exit(NOT_RUNNING)
     for name, process, state in rows:
         pid = f"pid {process.pid:<7}" if process is not None else " " * 11
         say(f"{name:<10} {pid} {state}")
+    if any(state != RUNNING for _, _, state in rows):
+        raise typer.Exit(NOT_RUNNING)
 
 
 @clear_errors

@@ -10,6 +10,7 @@ from datetime import date
 import pytest
 from fastapi.testclient import TestClient
 
+from counting.catalog import CatalogRow
 from counting.settings import Settings
 from counting.traffic import catalog_rows
 from serving_layer.app import create_app
@@ -138,6 +139,49 @@ def test_payouts_route_refuses_a_reversed_range(api: TestClient, settings: Setti
     assert (bad.status_code, bad.json()["errors"][0]["field"]) == (422, "from")
 
 
-def test_payouts_before_any_payout_run_are_empty(api: TestClient) -> None:
+def test_a_creator_of_the_catalog_has_no_payouts_before_any_payout_run(
+    api: TestClient, settings: Settings
+) -> None:
+    migrate(settings.store_url)
+    with open_store(settings.store_url) as store:
+        upsert_catalog(store, [CatalogRow("v7", "c7", 600.0, True)])
+
     answer = api.get("/v1/creators/c7/payouts")
-    assert (answer.status_code, answer.json()["payouts"]) == (200, [])
+
+    assert (answer.status_code, answer.json()) == (200, {"creator_id": "c7", "history": False, "payouts": []})
+
+
+@pytest.mark.parametrize("catalog", [True, False], ids=["catalog", "no-catalog"])
+def test_a_creator_not_in_the_catalog_is_404_naming_it_as_on_its_stats(
+    api: TestClient, settings: Settings, catalog: bool
+) -> None:
+    if catalog:
+        migrate(settings.store_url)
+        with open_store(settings.store_url) as store:
+            upsert_catalog(store, [CatalogRow("v7", "c7", 600.0, True)])
+
+    payouts = api.get("/v1/creators/nobody/payouts")
+    stats = api.get("/v1/creators/nobody/stats")
+
+    assert payouts.status_code == stats.status_code == 404
+    assert payouts.json() == stats.json()
+    assert payouts.json() == {
+        "errors": [
+            {
+                "field": "creator_id",
+                "reason": "'nobody' has no video in the catalog: list its creators with 'tally catalog "
+                "list', load it with 'tally catalog load'",
+                "value": "nobody",
+            }
+        ]
+    }
+
+
+def test_openapi_describes_the_404_of_both_creator_routes(api: TestClient) -> None:
+    paths = api.get("/openapi.json").json()["paths"]
+    for route in ("/v1/creators/{creator_id}/payouts", "/v1/creators/{creator_id}/stats"):
+        missing = paths[route]["get"]["responses"]["404"]
+        assert missing["description"].startswith("the creator has no video in the catalog"), route
+        assert missing["content"]["application/json"]["schema"] == {
+            "$ref": "#/components/schemas/ErrorAnswer"
+        }

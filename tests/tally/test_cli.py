@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
 from pathlib import Path
 
 import msgspec
@@ -91,16 +93,78 @@ def test_audit_refuses_a_bad_date(tmp_path: Path) -> None:
     assert "11/01/2026" in result.output
 
 
-def test_token_is_accepted_by_the_verifier(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _one_line(output: str) -> str:
+    return " ".join(output.replace("│", " ").split())  # the console wraps, rich boxes usage errors
+
+
+@pytest.mark.parametrize("by", ["--data-dir", "TALLY_DATA_DIR"])
+def test_token_is_signed_with_the_stacks_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, by: str
+) -> None:
     from ingest.auth import verify_token
     from tally.secrets import with_local_secrets
 
-    monkeypatch.setenv("TALLY_DATA_DIR", str(tmp_path))
     monkeypatch.delenv("TALLY_USER_TOKEN_SECRET", raising=False)
-    result = runner.invoke(app, ["token", "--user", "alice", "--ttl", "60"])
+    monkeypatch.delenv("TALLY_DATA_DIR", raising=False)
+    stack_dir = tmp_path / "stack"
+    with_local_secrets(Settings(data_dir=stack_dir))  # what 'tally up' generates for its stack
+    monkeypatch.chdir(tmp_path)
+    if by == "TALLY_DATA_DIR":
+        monkeypatch.setenv("TALLY_DATA_DIR", str(stack_dir))
+    args = ["--data-dir", str(stack_dir)] if by == "--data-dir" else []
+
+    result = runner.invoke(app, ["token", "--user", "alice", "--ttl", "60", *args])
+
     assert result.exit_code == 0, result.output
-    secret = with_local_secrets(Settings()).user_token_secret  # the local stack's generated one
+    secret = json.loads((stack_dir / "run" / "secrets.json").read_text())["user_token_secret"]
     assert verify_token(secret, f"Bearer {result.output.strip()}") == "alice"
+    assert not (tmp_path / "data").exists()
+
+
+def test_token_without_a_stacks_secrets_refuses_and_creates_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TALLY_USER_TOKEN_SECRET", raising=False)
+    monkeypatch.delenv("TALLY_DATA_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+
+    result = runner.invoke(app, ["token", "--user", "alice"])
+    elsewhere = runner.invoke(app, ["token", "--user", "alice", "--data-dir", str(tmp_path / "other")])
+
+    assert result.exit_code == 2
+    looked_at = tmp_path / "data" / "run" / "secrets.json"
+    assert _one_line(result.output) == (
+        f"error: no local stack's secrets at {looked_at}: start the stack with 'tally up', or pass "
+        "--data-dir of the running stack (or set TALLY_USER_TOKEN_SECRET to the secret it runs with)"
+    )
+    assert elsewhere.exit_code == 2
+    assert f"no local stack's secrets at {tmp_path / 'other' / 'run' / 'secrets.json'}" in elsewhere.output
+    assert f"'tally up --data-dir {tmp_path / 'other'}'" in _one_line(elsewhere.output)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_token_with_the_secret_in_the_environment_needs_no_stack(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ingest.auth import verify_token
+
+    monkeypatch.setenv("TALLY_USER_TOKEN_SECRET", "a-secret-of-the-environment-0123")
+    result = runner.invoke(app, ["token", "--user", "bob", "--data-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert verify_token("a-secret-of-the-environment-0123", f"Bearer {result.output.strip()}") == "bob"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("ttl", ["-100", "0"])
+def test_token_refuses_a_lifetime_that_is_not_positive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ttl: str
+) -> None:
+    monkeypatch.setenv("TALLY_USER_TOKEN_SECRET", "a-secret-of-the-environment-0123")
+    result = runner.invoke(app, ["token", "--user", "alice", "--ttl", ttl, "--data-dir", str(tmp_path)])
+    assert result.exit_code == 2
+    assert f"Invalid value for --ttl: must be a lifetime of more than 0 seconds (got {ttl})" in _one_line(
+        result.output
+    ), result.output
 
 
 def test_warehouse_build_on_an_empty_data_dir_writes_a_duckdb_file(tmp_path: Path) -> None:
@@ -113,6 +177,59 @@ def test_warehouse_build_on_an_empty_data_dir_writes_a_duckdb_file(tmp_path: Pat
     with duckdb.connect(str(built), read_only=True) as db:
         tables = {row[0] for row in db.execute("select table_name from information_schema.tables").fetchall()}
     assert {"mart_daily_video_stats", "mart_top_videos", "mart_creator_payouts"} <= tables
+
+
+def test_warehouse_build_says_how_to_open_the_file_with_what_is_installed(tmp_path: Path) -> None:
+    import duckdb
+
+    result = runner.invoke(app, ["warehouse", "build", "--data-dir", str(tmp_path)])
+
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    built = tmp_path / "warehouse.duckdb"
+    said = lines[next(n for n, line in enumerate(lines) if line.startswith(f"wrote {built} in ")) :]
+    assert said[1].startswith("open it read-only with the DuckDB Python package Tally installed")
+    shown = subprocess.run(
+        shlex.split(said[2]), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, check=True
+    )
+    assert "mart_creator_payouts" in shown.stdout and "mart_top_videos" in shown.stdout
+    assert said[3] == (
+        "or with DuckDB's command line, a separate install (not part of Tally; a version that reads "
+        f"files of DuckDB {duckdb.__version__}):"
+    )
+    assert said[4] == f"  duckdb -readonly {built}"
+
+
+def test_catalog_list_shows_each_creator_with_its_videos(tmp_path: Path) -> None:
+    from counting.traffic import TrafficConfig, catalog_rows
+
+    empty = runner.invoke(app, ["catalog", "list", "--data-dir", str(tmp_path)])
+    empty_json = runner.invoke(app, ["catalog", "list", "--json", "--data-dir", str(tmp_path)])
+    loaded = runner.invoke(app, ["catalog", "load", "--videos", "12", "--data-dir", str(tmp_path)])
+    listed = runner.invoke(app, ["catalog", "list", "--data-dir", str(tmp_path)])
+    as_json = runner.invoke(app, ["catalog", "list", "--json", "--data-dir", str(tmp_path)])
+
+    assert (empty.exit_code, empty_json.exit_code, loaded.exit_code) == (0, 0, 0), loaded.output
+    assert "is empty: load one with 'tally catalog load --data-dir" in empty.output
+    assert json.loads(empty_json.output) == []
+    assert listed.exit_code == 0, listed.output
+    rows = catalog_rows(TrafficConfig(seed=7, videos=12))  # what 'catalog load' loaded by default
+    expected: dict[str, list[dict[str, object]]] = {}
+    for row in sorted(rows):
+        video = {"video_id": row.video_id, "duration_secs": row.duration_secs, "monetized": row.monetized}
+        expected.setdefault(row.creator_id, []).append(video)
+    assert json.loads(as_json.output) == [
+        {"creator_id": creator, "videos": videos} for creator, videos in sorted(expected.items())
+    ]
+    table = listed.output.splitlines()
+    assert table[0].split() == ["creator", "videos", "monetized", "video", "ids"]
+    for creator, videos in expected.items():
+        line = next(line for line in table if line.split()[:1] == [creator])
+        monetized = sum(bool(v["monetized"]) for v in videos)
+        assert line.split()[1:3] == [str(len(videos)), str(monetized)]
+    ids_shown = {part.strip(",") for line in table[1:-1] for part in line.split() if part.startswith("v")}
+    assert ids_shown == {row.video_id for row in rows}
+    assert table[-1] == f"{len(expected)} creators, {len(rows)} videos"
 
 
 def test_the_stack_names_each_process_of_a_scaled_kind() -> None:

@@ -7,13 +7,15 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from msgspec.structs import replace
 from typer.testing import CliRunner
 
-from counting import bots, oracle
+from counting import bots, oracle, rules
 from counting.botrules import DEFAULT_RULES_FILE, parse_rules
 from counting.bots import BotFilter
 from counting.settings import Settings
 from tally.cli import app
+from tests.logfiles import write_log
 from tests.rulesfiles import EDITED_VERSION, edited_rules_text, edited_rules_views, write_edited_rules
 from tests.writers import writers
 
@@ -76,3 +78,49 @@ def test_the_rules_in_use_change_nothing(tmp_path: Path) -> None:
     status, output = _check(str(DEFAULT_RULES_FILE), "--data-dir", str(tmp_path / "data"))
     assert status == 0
     assert "they are the rules in use" in output and "nothing would change" in output
+
+
+def test_without_a_day_the_latest_day_with_views_is_counted_and_named(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path / "data")
+    today = int(time.time() * 1000) // rules.DAY_MS * rules.DAY_MS
+    earlier = edited_rules_views(today - 3 * rules.DAY_MS + 3_600_000)
+    latest = [replace(e, event_id=f"late-{e.event_id}") for e in edited_rules_views(today - 2 * rules.DAY_MS)]
+    write_log(settings.raw_dir, [*earlier, *latest])
+    path = write_edited_rules(tmp_path)
+    edited = BotFilter(parse_rules(edited_rules_text(), path))
+    before, after = oracle.count(latest), oracle.count(latest, bot_filter=edited)
+    day = datetime.fromtimestamp(latest[0].ts / 1000, tz=UTC).date()
+
+    status, output = _check(str(path), "--data-dir", str(settings.data_dir))
+
+    assert status == 0, output
+    assert (
+        f"dry run on {day.isoformat()} (event time, UTC; the latest day with views in the log, pick "
+        f"another with --day): {len(latest):,} events in the log" in output
+    )
+    old, new = (sum(c.views for c in counts.values()) for counts in (before, after))
+    assert f"views counted: {old:,} -> {new:,} ({new - old:+,})" in output
+
+
+def test_without_a_day_and_without_views_it_says_there_is_nothing_to_count(tmp_path: Path) -> None:
+    path = write_edited_rules(tmp_path)
+
+    status, output = _check(str(path), "--data-dir", str(tmp_path / "data"))
+
+    assert status == 0, output
+    assert output.endswith(
+        "no dry run: the log holds no view to count (send traffic, or give a day with --day)"
+    )
+
+
+def test_a_missing_file_is_named_as_the_argument(tmp_path: Path) -> None:
+    path = tmp_path / "no-such-rules.toml"
+
+    status, output = _check(str(path), "--data-dir", str(tmp_path / "data"))
+
+    assert status == 2
+    assert output == (
+        f"error: {path}: cannot be read (No such file or directory): check the FILE argument (the rules "
+        "file to check)"
+    )
+    assert "TALLY_BOT_RULES_FILE" not in output

@@ -23,8 +23,9 @@ from counting.event import Event
 from counting.settings import Settings, settings_env
 from tally.cli import app
 from tally.loadgen import post_traffic
-from tally.services import free_port, free_ports, is_listening
+from tally.services import free_port, free_ports, is_listening, process_started_at
 from tally.speedview import counter_caught_up, wait_until
+from tally.stack import Process, Stack, process_names
 from tally.traffic_run import generate_items
 
 runner = CliRunner()
@@ -210,7 +211,7 @@ def test_a_crashed_worker_leaves_its_stack_in_the_log_and_status_says_how_to_sta
 
     assert "Fatal Python error: Segmentation fault" in log.read_text(errors="replace")
     status = _tally(settings, "status")
-    assert status.exit_code == 0, status.output
+    assert status.exit_code == 1, status.output  # a process of the stack does not run
     assert (
         f"counter    pid {before['counter']:<7} exited (its log: {log}); start it again with"
         f" 'tally start counter --data-dir {settings.data_dir}'" in status.output
@@ -392,10 +393,44 @@ def test_unknown_worker_is_refused_with_the_names(tmp_path: Path, monkeypatch: p
 
 def test_status_without_a_stack_says_how_to_start_one(tmp_path: Path) -> None:
     result = runner.invoke(app, ["status", "--data-dir", str(tmp_path)])
-    assert result.exit_code == 0
+    assert result.exit_code == 1  # nothing runs
     assert result.output == (
         f"no stack recorded under {tmp_path}; start one with 'tally up --data-dir {tmp_path}'\n"
     )
+
+
+def test_status_exits_0_when_every_process_runs_and_1_when_one_does_not(tmp_path: Path) -> None:
+    """A recorded stack whose processes are stand-ins (a sleeping child each), not the platform's."""
+    settings = Settings(data_dir=tmp_path / "data")
+    children = {name: subprocess.Popen(["sleep", "300"]) for name in process_names(settings)}
+    try:
+        log = str(settings.run_dir / "logs" / "serving.log")
+        processes = [
+            Process(name, child.pid, log, started_at=process_started_at(child.pid))
+            for name, child in children.items()
+        ]
+        Stack(settings, processes).save()
+
+        every = runner.invoke(app, ["status", "--data-dir", str(settings.data_dir)])
+        children["serving"].kill()
+        children["serving"].wait()
+        one_gone = runner.invoke(app, ["status", "--data-dir", str(settings.data_dir)])
+    finally:
+        for child in children.values():
+            child.kill()
+            child.wait()
+
+    assert every.exit_code == 0, every.output
+    assert every.output.splitlines() == [
+        f"{name:<10} pid {child.pid:<7} running" for name, child in children.items()
+    ]
+    assert one_gone.exit_code == 1, one_gone.output
+    assert one_gone.output.splitlines() == [
+        f"{name:<10} pid {child.pid:<7} running" for name, child in children.items() if name != "serving"
+    ] + [
+        f"serving    pid {children['serving'].pid:<7} exited (its log: {log}); start it again with "
+        f"'tally start serving --data-dir {settings.data_dir}'"
+    ]
 
 
 def test_loadgen_says_when_the_ingest_api_is_not_reachable(tmp_path: Path) -> None:
