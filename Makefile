@@ -1,10 +1,11 @@
-# Tally: `make demo` runs the platform on the local stack; `make test` runs lint and every test.
+# Tally: `make demo` runs the platform on the local stack; `make test` runs lint, the docs build and
+# every test; `make docs` builds the documentation site (mkdocs.yml) into data/site.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint unit bench clean
+.PHONY: install demo test lint docs unit bench clean
 
 $(STAMP): pyproject.toml constraints.txt scripts/system-deps.sh
 	./scripts/system-deps.sh
@@ -23,6 +24,10 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
+# --strict: a broken link, a missing page or a page left out of the nav fails the build.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 # The tests run on TEST_WORKERS pytest-xdist workers, one a core (a test file stays on one worker
 # with its module's fixtures; tests/conftest.py keeps the serving layer's files together), then
 # those marked `serial` (timing, rates, benchmarks) alone. Both phases run; the target fails if
@@ -31,7 +36,7 @@ lint: install
 # Spark JVM in memory.
 TEST_WORKERS ?= 2
 
-test: lint
+test: lint docs
 	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile -m "not serial" $(PYTEST_ARGS); parallel=$$?; \
 	$(VENV)/bin/pytest -m serial $(PYTEST_ARGS); serial=$$?; \
 	echo "make test: pytest exited $$parallel on $(TEST_WORKERS) workers, $$serial alone (serial)"; \

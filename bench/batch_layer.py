@@ -10,9 +10,9 @@ figures are the medians, with every run's time listed: single runs on a 2-core m
 about 15 %, and the first run after writing the log is often the slowest.
 
 Each run of either engine is a new process, and Spark's a new JVM, as each nightly run is: a JVM
-kept from an earlier run keeps the code its JIT compiled, which made later runs in one JVM a third
-faster than the first (32.6 against 52.4 s on 10 million events) and the median of `--repeat 3` a
-warm figure.
+kept from an earlier run keeps the code its JIT compiled, which made later runs in one JVM about a
+third faster than the first and the median of `--repeat 3` a warm figure (bench/RESULTS-batch.md,
+"Tenth round").
 """
 
 from __future__ import annotations

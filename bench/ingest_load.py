@@ -3,7 +3,7 @@ send, the closed-loop senders of 500-event batches, and the CPU meter of each ph
 
 The events are minimal counted-length views numbered by their event id (`{prefix}{n}`), on purpose:
 the check finds every event of an acknowledged batch from its first number, and the figures compare
-with the earlier runs in the README only with the same small bodies."""
+with the earlier runs (docs/benchmarks.md, bench/HISTORY.md) only with the same small bodies."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ skipped, and the run fails). Faults (bench/soak_faults.py):
   counter, archiver, counter+archiver  SIGKILL the worker(s), start again
   broker          SIGSTOP the broker for 10 s, then SIGCONT (a restart would empty its in-memory log)
   spark           a batch SIGKILLed while it writes, then re-run; the old baseline serves meanwhile
-  redis-flush     FLUSHALL, then the README's procedure: counter stopped, `tally speed rebuild`,
+  redis-flush     FLUSHALL, then docs/operations.md's repair: counter stopped, `tally speed rebuild`,
   redis-restart   counter started (the restart: redis-server SIGKILLed and started empty)
 
 Then it waits for the counter and the archiver to catch up and checks: the counted figures of

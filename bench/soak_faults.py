@@ -221,8 +221,8 @@ class Faults:
         return time.monotonic() - began
 
     def _lose_redis(self, restart: bool) -> dict[str, Any]:
-        """Redis loses the speed state (FLUSHALL, or a restart without persistence). As the README
-        says: stop the counter, `tally speed rebuild`, start the counter."""
+        """Redis loses the speed state (FLUSHALL, or a restart without persistence). As
+        docs/operations.md says: stop the counter, `tally speed rebuild`, start the counter."""
         rig = self._rig
         settings = rig.settings
         counter = rig.stack.get("counter")

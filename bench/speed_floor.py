@@ -1,7 +1,7 @@
 """The floor of any exactly-once counter in this design: the work it cannot leave out, measured.
 
 The design asks the counter to store each event's dedup marker in Redis, in the same atomic write
-as the partition's offset (docs: ../shared/DESIGN.md, "Speed layer"). `exactly_once_floor` reads
+as the partition's offset (docs/design.md, "Speed layer"). `exactly_once_floor` reads
 the records with the plain consumer's settings, decodes their events, and for each partition of
 each poll runs one Lua write that skips a replayed batch, writes the batch's markers and stores the
 offset; nothing else: no bot scoring, windows, viewers, sketches, trending or presence. It is a
@@ -15,8 +15,9 @@ measurement, not a counter. Its markers go one of two ways:
   expiry, then an id a line) in the same write. The ids join the worker's set only once the write
   returned, so an unwritten batch hides nothing. A worker taking over a partition would load that
   log first; a run from an empty Redis has nothing to load, so the floor leaves that out. It only
-  holds if every copy of an event reaches the same partition, which the design's random shard `k`
-  does not promise.
+  holds if every copy of an event reaches the same partition: true of a hot video's shards, derived
+  from the viewer, except across a change of the video's shard count (the state counter's hand-off,
+  docs/decisions/0005-speed-layer-state.md).
 """
 
 from __future__ import annotations

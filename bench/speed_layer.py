@@ -8,8 +8,8 @@ per partition, hot videos keyed `video_id#k`), then measures in the same run:
 (a) a plain confluent-kafka consumer that reads the records and decodes their events, nothing else;
 (b) the Tally counter (`python -m speed_layer counter`, one worker process) from the same topic into
     Redis, with dedup, bot scoring, sketches, trending and the exactly-once offsets on: `counter`
-    is the Redis-state counter (TALLY_COUNTER_STATE=redis), `worker_state_counter` the one with
-    its state in the worker (the default);
+    is the Redis-state counter (TALLY_COUNTER_STATE=redis, the default), `worker_state_counter`
+    the one with its state in the worker (TALLY_COUNTER_STATE=worker);
 and, between them, the exactly-once floor (`bench.speed_floor`): decode, one dedup marker an event
 and the offset in one Lua write, nothing else, which bounds what any counter of this design reaches
 (and the same floor with the markers checked in the worker's memory, an alternative to the design);

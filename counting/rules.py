@@ -132,7 +132,8 @@ def first_copies(events: Sequence[Event]) -> tuple[list[Event], list[tuple[int, 
     """The events with one copy of each event_id, the one that counts (`first_copy_order`; among
     equals, the earlier in the list), in their order; and `(position, kept position)` of each copy
     left out. One write of the ingest API packs its events into one record per partition, so a
-    retry inside one request would otherwise sit twice at one log position (decision 0007)."""
+    retry inside one request would otherwise sit twice at one log position, which the raw gate
+    refuses as a corrupt write."""
     chosen: dict[str, int] = {}
     left_out: list[tuple[int, int]] = []
     for position, event in enumerate(events):

@@ -1,12 +1,9 @@
-"""How the counter with its state in the worker sets CPython's cyclic garbage collector: it makes
-and drops many objects a micro-batch (decoded events, change sets, the sink's plans) beside a big,
-long-lived state, and each pass of the collector walks the young objects and what they reach.
-
-With CPython's default, a pass every 700 new objects, a run of the counter in process
-(`python -m bench.counter_cpu`) made some 800 young passes per 200,000 events, which with the full
-passes they lead to took a tenth of its CPU; every 20,000 objects, the passes are some 40 times
-fewer and the counter spends about what it spends with the collector off. Garbage in cycles (rare
-here: the state's tables hold numbers, text and tuples of them) waits a little longer to be freed.
+"""How the counter with its state in the worker sets CPython's cyclic garbage collector: young
+passes far rarer than CPython's default (a pass every 700 new objects), because the counter makes
+and drops many objects a micro-batch beside a big, long-lived state, and each pass walks the young
+objects and what they reach. Cycles are rare here, so their garbage waiting longer costs little.
+The measurements behind the threshold: docs/decisions/0005-speed-layer-state.md, "Measured since
+it was built"; `python -m bench.counter_cpu` repeats them.
 """
 
 from __future__ import annotations

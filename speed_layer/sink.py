@@ -8,12 +8,10 @@ be sunk again (after a restore) and loses or doubles nothing.
 
 A video's per-event writes (viewers, sketches, reactions, presence) go as plain commands on a
 single Redis when they are many (`PLAIN_COMMANDS_FROM` arguments or more), in its script call
-otherwise. Redis runs a script's commands through Lua (the argument unpacked, each element made a
-Lua value, then a Redis one), which costs it about twice the CPU of the same writes sent as commands
-(`python -m bench.script_or_commands`), and a single Redis is the one core every worker shares; but
-redis-py spends some 10 µs of the worker's CPU on each command's reply, which a few elements do not
-repay. On a Redis Cluster they stay in the script call: its pipeline costs the worker some 20 µs a
-command, and the cluster's Redis work is spread over its nodes."""
+otherwise: a script's Lua costs Redis, the one core every worker shares, more than plain commands,
+while each command's reply costs the worker more than a script's argument. On a Redis Cluster they
+stay in the script call, whose Redis work the nodes share. The measurements:
+docs/decisions/0005-speed-layer-state.md, "Measured since it was built" (`bench.script_or_commands`)."""
 
 from __future__ import annotations
 

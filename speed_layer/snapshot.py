@@ -1,4 +1,4 @@
-"""A partition's snapshot, built a chunk a micro-batch (DESIGN.md, "Speed layer": compaction keeps
+"""A partition's snapshot, built a chunk a micro-batch (docs/design.md, "Speed layer": compaction keeps
 restore time and memory bounded), so that neither the worker's loop nor Redis ever handles the
 whole state at once.
 
@@ -15,9 +15,9 @@ entry (entries hold absolute values, replayed in order; a drop is a None), a val
 change is the copied one, and a value changed in place (a bucket's counts) is encoded newer than
 B0's and set again by the entries that changed it.
 
-On a single Redis a value is at most 512 MB (`proto-max-bulk-len`); a whole-state snapshot of some
-20 bytes an event passed it at about 25 million events a partition (85 minutes of 20,000 events/s
-over four partitions), and encoding it paused the loop for seconds before that.
+Why chunks: a whole-state snapshot was one Redis value, which is at most 512 MB, and one encoding
+that paused the worker's loop for seconds on a long run (docs/decisions/0005-speed-layer-state.md,
+"Changed (2026-11-27...)").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One partition's counting state, kept in the counter worker's memory (DESIGN.md, "Speed layer"),
+"""One partition's counting state, kept in the counter worker's memory (docs/design.md, "Speed layer"),
 and the counting rules of `counting/` run on it, event by event, in offset order.
 
 Every table holds absolute values, and each micro-batch records which entries it changed: the
@@ -557,7 +557,7 @@ def _drop_front(entries: dict[str, tuple[Any, ...]], floor: int) -> None:
     """Drop the entries ingested before `floor` from the front of a table of markers or windows.
     Such a table holds its keys in the order they were first set (ingestion order, but for late
     copies), and a value only ever moves earlier, so the scan stops at the first entry to keep: a
-    trim costs what it drops, not the table's size (it was 80 ms a snapshot with 250,000 events). An
+    trim costs what it drops, not the table's size (measured: docs/decisions/0005, "Restore"). An
     old entry behind a newer one stays until those before it go; kept past the horizon, a marker or
     a window only makes the speed layer's deduplication longer, as the batch layer's is."""
     old = []

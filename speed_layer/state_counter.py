@@ -1,4 +1,4 @@
-"""The counter with its state in the worker (DESIGN.md, "Speed layer"): each partition's state is
+"""The counter with its state in the worker (docs/design.md, "Speed layer"): each partition's state is
 restored on assignment, micro-batches are applied to it in memory by the rules of `counting/`, then
 each partition's changes are committed atomically (`partition_store`) and its counts sunk to the
 read keys (`sink`). The interface is `CounterWorker`'s, so `count_stream` and the tests drive either.

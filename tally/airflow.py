@@ -109,7 +109,7 @@ def executor_class(name: str) -> str:
         raise StackError(
             f"{EXECUTOR_OPTION} must be one of {', '.join(EXECUTORS)} (got {name!r}); a fleet's "
             "CeleryExecutor or KubernetesExecutor is set with AIRFLOW__CORE__EXECUTOR (see the "
-            "README, 'Airflow like production')"
+            "docs/airflow.md, 'Airflow like production')"
         ) from None
 
 

@@ -1,7 +1,7 @@
 """A Redis Cluster on this machine (`tally redis-cluster up` / `down`): masters of the machine's
 redis-server in cluster mode on loopback, joined by `redis-cli --cluster create`, recorded under the
 run directory so that `down` stops exactly them. What issue 26's speed layer and the tests run on
-when they need a cluster; production runs a managed one (README, "At scale")."""
+when they need a cluster; production runs a managed one (docs/scale/redis-cluster.md)."""
 
 from __future__ import annotations
 

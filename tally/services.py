@@ -241,7 +241,7 @@ def start_redis(port: int, log_dir: Path) -> Service:
             "no",
             # Small hashes are listpacks, searched linearly: the counter's marker hashes (event ids
             # of a video and day, viewers of a window) pay that on every HSETNX up to the limit.
-            # 32 instead of the default 128: a third less Redis CPU an event (see README).
+            # 32 instead of the default 128: a third less Redis CPU an event (decision 0001).
             "--hash-max-listpack-entries",
             str(HASH_MAX_LISTPACK_ENTRIES),
             "--logfile",
