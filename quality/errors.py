@@ -26,5 +26,9 @@ class UnvalidatedInputs(QualityError):
     """A run read a raw file that is not validated with its current checksum."""
 
 
+class MissingInputs(QualityError):
+    """A raw file that passed validation is gone from the log (and not recorded in quarantine)."""
+
+
 class QuarantineRefused(QualityError, ValueError):
     """A quarantine or release that cannot be done as asked (no such file, no reason given)."""

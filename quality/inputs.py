@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from quality import frames
-from quality.errors import UnvalidatedInputs
-from warehouse.store import ValidatedFile, open_store, record_validated, validated_files
+from quality.errors import MissingInputs, UnvalidatedInputs
+from warehouse.store import ValidatedFile, open_store, quarantined_files, record_validated, validated_files
 from warehouse.tables import file_digest
 
 _SHOWN = 5  # files named in one message before "..."
@@ -39,13 +39,16 @@ class Fingerprint:
 class InputCheck:
     """The files a run at `cutoff` reads: those validated before with their current checksum, and
     the pending ones (new, or changed since they were validated). `restated`: validated files whose
-    stat fields changed but not their bytes (their record is refreshed)."""
+    stat fields changed but not their bytes (their record is refreshed); `missing`: validated files
+    of the partitions it reads that are gone (their events would silently drop out of the counts)."""
 
     cutoff: int
     validated: tuple[str, ...]
     pending: tuple[Fingerprint, ...]
     changed: tuple[str, ...]
     restated: tuple[ValidatedFile, ...] = ()
+    # Validated files of partitions the run reads that are gone from the log (not in quarantine).
+    missing: tuple[ValidatedFile, ...] = ()
 
     @property
     def read(self) -> int:
@@ -95,7 +98,14 @@ def check_inputs(raw_dir: Path, cutoff_ms: int, known: Mapping[str, ValidatedFil
     pending: list[Fingerprint] = []
     changed: list[str] = []
     restated: list[ValidatedFile] = []
-    for path in frames.raw_files(raw_dir, 0, cutoff_ms):
+    files = frames.raw_files(raw_dir, 0, cutoff_ms)
+    present = {path.relative_to(raw_dir).as_posix() for path in files}
+    missing = tuple(
+        record
+        for relative, record in sorted(known.items())
+        if relative not in present and _read_before(relative, cutoff_ms) and not (raw_dir / relative).exists()
+    )
+    for path in files:
         relative = path.relative_to(raw_dir).as_posix()
         record = known.get(relative)
         if record is not None and (record.size, record.mtime_ns, record.ctime_ns) == _stat(path):
@@ -113,13 +123,38 @@ def check_inputs(raw_dir: Path, cutoff_ms: int, known: Mapping[str, ValidatedFil
         pending.append(found)
         if record is not None:
             changed.append(relative)
-    return InputCheck(cutoff_ms, tuple(validated), tuple(pending), tuple(changed), tuple(restated))
+    return InputCheck(cutoff_ms, tuple(validated), tuple(pending), tuple(changed), tuple(restated), missing)
+
+
+def _read_before(relative: str, cutoff_ms: int) -> bool:
+    """Whether a run at `cutoff_ms` reads the hour partition of a log path."""
+    start = frames.hour_start_ms(Path(relative).parent)
+    return start is not None and start < cutoff_ms
+
+
+def require_present(check: InputCheck, run_id: str) -> None:
+    """Raise `MissingInputs` naming the validated files gone from the log."""
+    if not check.missing:
+        return
+    named = "; ".join(
+        f"{f.path} ({f.rows} rows, validated by {f.validated_by} at {f.validated_at:%Y-%m-%d %H:%M:%S} UTC)"
+        for f in check.missing[:_SHOWN]
+    )
+    more = f" and {len(check.missing) - _SHOWN} more" if len(check.missing) > _SHOWN else ""
+    raise MissingInputs(
+        f"run {run_id!r}: {len(check.missing)} validated raw file(s) are gone from the log: {named}{more}; "
+        "their events would drop out of the counts unseen, so nothing was published: put the file back, "
+        "or, if it was removed on purpose, record it: 'tally batch quarantine FILE --reason …' (then a "
+        "fall in the views it held needs --allow-decrease)"
+    )
 
 
 def known_files(store_url: str) -> dict[str, ValidatedFile]:
-    """The validated files the relational store records (it must be migrated)."""
+    """The validated files the relational store records, less those in quarantine (it must be
+    migrated)."""
     with open_store(store_url) as store:
-        return validated_files(store)
+        held = quarantined_files(store)
+        return {path: f for path, f in validated_files(store).items() if path not in held}
 
 
 def record(store_url: str, files: Iterable[ValidatedFile]) -> int:
@@ -137,6 +172,7 @@ def require_validated_inputs(raw_dir: Path, store_url: str, cutoff_ms: int, run_
     """Raise `UnvalidatedInputs` if a file the run read is not validated with its current checksum
     (it appeared or changed after the run's raw validation, while the run computed)."""
     check = check_inputs(raw_dir, cutoff_ms, known_files(store_url))
+    require_present(check, run_id)
     if check.restated:
         record(store_url, check.restated)
     if check.pending:

@@ -16,7 +16,7 @@ from counting.settings import Settings
 from quality.errors import QuarantineRefused
 from warehouse.migrate import migrate
 from warehouse.quarantine import QuarantinedFile
-from warehouse.store import open_store, quarantined_files, record_quarantine
+from warehouse.store import open_store, quarantined_files, record_quarantine, validated_files
 from warehouse.tables import file_digest
 
 
@@ -47,15 +47,16 @@ def _rows(path: Path) -> int:
 
 def quarantine(settings: Settings, given: str | Path, reason: str) -> QuarantinedFile:
     """Move a raw file out of the log into the quarantine directory and record why: runs read the
-    log without it from then on (and record that they did)."""
+    log without it from then on (and record that they did). A validated file already gone from the
+    log (removed on purpose) is recorded as left out, so runs stop refusing its absence."""
     reason = reason.strip()
     if not reason:
         raise QuarantineRefused("say why the file is quarantined (got an empty --reason)")
     relative = log_path(settings, given)
     source, target = settings.raw_dir / relative, settings.quarantine_dir / relative
+    migrate(settings.store_url)
     if not source.is_file():
-        held = " (it is in quarantine already)" if target.is_file() else ""
-        raise QuarantineRefused(f"no raw file {relative!r} under {settings.raw_dir}{held}")
+        return _record_gone(settings, relative, reason, held=target.is_file())
     record = QuarantinedFile(
         path=relative,
         sha256=file_digest(source),
@@ -63,11 +64,28 @@ def quarantine(settings: Settings, given: str | Path, reason: str) -> Quarantine
         reason=reason,
         quarantined_at=datetime.now(UTC),
     )
-    migrate(settings.store_url)
     with open_store(settings.store_url) as store:
         record_quarantine(store, record)  # first: a crash before the move leaves it recorded, in place
     target.parent.mkdir(parents=True, exist_ok=True)
     os.replace(source, target)
+    return record
+
+
+def _record_gone(settings: Settings, relative: str, reason: str, held: bool) -> QuarantinedFile:
+    """Record a validated file that is gone from the log (removed on purpose) as left out."""
+    with open_store(settings.store_url) as store:
+        validated = validated_files(store).get(relative)
+        if validated is None or held:
+            already = " (it is in quarantine already)" if held else ""
+            raise QuarantineRefused(f"no raw file {relative!r} under {settings.raw_dir}{already}")
+        record = QuarantinedFile(
+            path=relative,
+            sha256=validated.sha256,
+            rows=validated.rows,
+            reason=reason,
+            quarantined_at=datetime.now(UTC),
+        )
+        record_quarantine(store, record)
     return record
 
 
@@ -82,14 +100,22 @@ def release(settings: Settings, given: str | Path, reason: str) -> QuarantinedFi
     with open_store(settings.store_url) as store:
         record = quarantined_files(store).get(relative)
     source, target = settings.quarantine_dir / relative, settings.raw_dir / relative
-    if record is None or not source.is_file():
+    if record is None:
         raise QuarantineRefused(
             f"{relative!r} is not in quarantine: 'tally batch quarantined' lists the files that are"
         )
-    if target.exists():
-        raise QuarantineRefused(f"the log holds {relative!r} again: move one of the two copies away first")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(source, target)
+    if source.is_file():
+        if target.exists():
+            raise QuarantineRefused(
+                f"the log holds {relative!r} again: move one of the two copies away first"
+            )
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(source, target)
+    elif not target.is_file():
+        raise QuarantineRefused(
+            f"{relative!r} was recorded gone from the log: put the file back under {settings.raw_dir} "
+            "first, then release it"
+        )
     released = replace(record, released_at=datetime.now(UTC), release_reason=reason)
     with open_store(settings.store_url) as store:
         record_quarantine(store, released)

@@ -183,7 +183,11 @@ def batch_baseline_suite(check_growth: bool) -> gx.ExpectationSuite:
                 column_A="views",
                 column_B=PREVIOUS_VIEWS,
                 or_equal=True,
-                description="views never decrease from the baseline being served",
+                description=(
+                    "views never fall below the served baseline's but by views the rules took back "
+                    "(refused now, counted then); any other fall is a lost event: find it, or after a "
+                    "repair publish with allow_decrease_reason (tally batch run --allow-decrease)"
+                ),
             )
         )
     return suite

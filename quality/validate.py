@@ -8,12 +8,13 @@ from collections import defaultdict
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from counting.batchpaths import baseline_path, daily_path, series_path
 from counting.settings import Settings
-from quality import frames, inputs, suites
+from quality import corrections, frames, inputs, suites
 from quality.context import docs_index, open_context, run_suite
 from quality.errors import ValidationFailed
 from quality.report import SuiteOutcome, ValidationReport
@@ -54,6 +55,7 @@ def validate_raw(
     row or one file, so the files are checked one UTC day of partitions at a time."""
     what = f"the raw log read by run {run_id} (ingested before {_moment(cutoff_ms)})"
     check = inputs.check_inputs(settings.raw_dir, cutoff_ms, inputs.known_files(settings.store_url))
+    inputs.require_present(check, run_id)
     interval = _interval(since_ms, cutoff_ms) if since_ms is not None else ""
     if not check.pending:
         if check.restated:
@@ -162,15 +164,24 @@ def validate_outputs(
 ) -> ValidationReport:
     """Check a computed, unpublished run against the log and against `previous` (the served
     baseline): no negative counts, unique viewers <= views, rejected + counted + repeat views =
-    the log's qualified views, the daily and per-bucket outputs add up, views never decrease.
+    the log's qualified views, the daily and per-bucket outputs add up, views never fall below the
+    served ones but by the views the rules took back (`quality.corrections`).
 
     With `allow_decrease_reason` (an operator's words, after a data repair) views may fall below
     the served ones: the report notes the reason and how far they fell instead of failing."""
     check_growth, note = _growth_rule(cutoff_ms, rules_version, previous)
-    previous_views = {v: row.views for v, row in previous.rows.items()} if previous and check_growth else {}
     reason = (allow_decrease_reason or "").strip()
     allowed = check_growth and bool(reason)
     check_growth = check_growth and not allowed
+    taken: dict[str, dict[str, Any]] = {}
+    previous_views: dict[str, int] = {}
+    if previous is not None and allowed:  # held to nothing: the fall is only reported
+        previous_views = {video: row.views for video, row in previous.rows.items()}
+    elif previous is not None and check_growth:
+        taken = corrections.run_corrections(
+            settings.batch_dir, baseline_path(settings, run_id), run_id, cutoff_ms, rules_version, previous
+        )
+        previous_views = corrections.explained_floor(previous, taken)
     context = open_context(settings.quality_dir)
     baseline = frames.baseline_frame(
         baseline_path(settings, run_id),
@@ -195,6 +206,8 @@ def validate_outputs(
             index_columns=["date", "video_id"],
         ),
     ]
+    if taken:
+        note = corrections.summary(taken)
     if allowed:
         note = (
             f"views may fall below the served baseline's, allowed by the operator: {reason!r}; "

@@ -26,7 +26,9 @@ class RunRecord:
     never, e.g. a backfill behind the served cutoff); `allow_decrease_reason`: why the operator let
     its views fall below the served ones; `skip_validation`: published without the quality gates;
     `forced`: published behind the served cutoff or with no event read; `excluded_files`: the raw
-    files in quarantine when it read the log (path -> reason), which it left out."""
+    files in quarantine when it read the log (path -> reason), which it left out; `corrections`: per
+    video whose views fell below the served baseline's, the views the rules took back
+    (`quality.corrections.taken_back`)."""
 
     run_id: str
     cutoff: int
@@ -41,6 +43,7 @@ class RunRecord:
     skip_validation: bool = False
     forced: bool = False
     excluded_files: dict[str, str] | None = None
+    corrections: dict[str, Any] | None = None
 
 
 def record_run(store: Store, run: RunRecord) -> None:
@@ -67,6 +70,7 @@ def run_values(run: RunRecord) -> dict[str, Any]:
         "skip_validation": run.skip_validation,
         "forced": run.forced,
         "excluded_files": dict(sorted(run.excluded_files.items())) if run.excluded_files else None,
+        "corrections": dict(sorted(run.corrections.items())) if run.corrections else None,
     }
 
 
@@ -89,6 +93,7 @@ def get_run(store: Store, run_id: str) -> RunRecord | None:
         skip_validation=bool(row.skip_validation),
         forced=bool(row.forced),
         excluded_files=dict(row.excluded_files) if row.excluded_files else None,
+        corrections=dict(row.corrections) if row.corrections else None,
     )
 
 

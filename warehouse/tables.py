@@ -82,6 +82,9 @@ batch_runs = sa.Table(
     sa.Column("forced", sa.Boolean, nullable=False, server_default=sa.false()),
     # The raw files in quarantine when the run read the log (path -> reason): left out of it.
     sa.Column("excluded_files", sa.JSON, nullable=True),
+    # Per video whose views fell below the served baseline's: the views the rules took back
+    # (`quality.corrections`), recorded when the run was published.
+    sa.Column("corrections", sa.JSON, nullable=True),
 )
 
 # Raw log files an operator took out of the log after they failed the raw-log gate (`tally batch

@@ -188,19 +188,22 @@ def test_a_repair_that_lowers_the_counts_publishes_only_with_a_recorded_reason(
 
     states = _states(blocked)
     assert blocked.state == "failed", states
-    assert (states["validate_raw"], states["compute"], states["validate_outputs"]) == (
-        "success",
-        "success",
-        "failed",
-    )
-    assert {states[t] for t in ("publish", "write_payouts", "build_warehouse")} == {"upstream_failed"}
+    assert states["validate_raw"] == "failed"  # a validated file is gone: its views would drop unseen
+    downstream = ("compute", "validate_outputs", "publish", "write_payouts", "build_warehouse")
+    assert {states[t] for t in downstream} == {"upstream_failed"}
     served = current_baseline(settings.baselines_dir)
     assert served is not None and served.run_id == f"interval-{first}"
     assert _ledger_runs(settings) == {f"interval-{first}"}
-    page = next(p for p in (settings.quality_dir / "gx").rglob("*.html") if f"interval-{second}" in str(p))
-    assert "views never decrease" in _page_text(page)
+    from quality import QualityError  # (imports Great Expectations: inside the test's filters)
+    from quality.quarantine import quarantine
+
+    relative = replay_file.relative_to(settings.raw_dir).as_posix()
+    with pytest.raises(QualityError, match="gone from the log") as gone:
+        pipeline.validate_raw(settings, first, second, f"interval-{second}")
+    assert f"{relative} (300 rows, validated by interval-{first}" in str(gone.value)
 
     reason = f"removed {replay_file.name}: a load test replayed into the log (ticket OPS-42)"
+    quarantine(settings, relative, reason)  # `tally batch quarantine FILE --reason`: the removal recorded
     allowed = dag.test(logical_date=_moment(third), run_conf={"allow_decrease_reason": reason})
 
     assert allowed.state == "success", _states(allowed)
@@ -213,6 +216,11 @@ def test_a_repair_that_lowers_the_counts_publishes_only_with_a_recorded_reason(
         assert get_run(store, f"interval-{second}") is None
     assert record is not None and record.published_at is not None
     assert (record.allow_decrease_reason, record.skip_validation, record.forced) == (reason, False, False)
+    assert record.excluded_files == {relative: reason}
+    assert record.corrections is not None
+    fell = record.corrections[monetized.video_id]
+    assert (fell["served_views"], fell["views"]) == (inflated, served.rows[monetized.video_id].views)
+    assert fell["unexplained"] > 0  # no rule took the replayed views back: the reason allowed it
     assert _ledger_runs(settings) == {f"interval-{first}", f"interval-{third}"}
     runs = _warehouse_rows(
         settings.warehouse_path,

@@ -201,7 +201,7 @@ BASELINE_BREAKS: dict[str, tuple[pd.DataFrame, str]] = {
     ),
     "daily views off": (_baseline(daily_views=[9, 4]), "the daily output's views add up to views"),
     "series views off": (_baseline(series_views=[10, 5]), "the per-bucket output's views add up"),
-    "views decreased": (_baseline(previous_views=[11, 4]), "views never decrease"),
+    "views decreased": (_baseline(previous_views=[11, 4]), "views never fall below the served baseline"),
     "video twice": (_baseline(video_id=["vid-1", "vid-1"]), "one row per video"),
 }
 

@@ -1,4 +1,5 @@
-"""Quarantine: raw files taken out of the log after failing its gate, and the files each run left out.
+"""Quarantine and corrections: raw files taken out of the log after failing its gate, the files each
+run left out, and the views each run took back from the served baseline.
 
 Revision ID: 0004
 Revises: 0003
@@ -18,6 +19,7 @@ depends_on = None
 
 def upgrade() -> None:
     op.add_column("batch_runs", sa.Column("excluded_files", sa.JSON(), nullable=True))
+    op.add_column("batch_runs", sa.Column("corrections", sa.JSON(), nullable=True))
     op.create_table(
         "quarantined_files",
         sa.Column("path", sa.String(1024), nullable=False),
@@ -33,4 +35,5 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("quarantined_files")
+    op.drop_column("batch_runs", "corrections")
     op.drop_column("batch_runs", "excluded_files")
