@@ -14,6 +14,7 @@ from batch_layer.errors import (
     WatermarkUnavailable,
 )
 from batch_layer.job import BatchResult, compute_batch, publish_batch, run_batch
+from batch_layer.progress import Progress, Stage, log_progress
 from batch_layer.session import build_session
 from batch_layer.transform import transform
 
@@ -23,9 +24,12 @@ __all__ = [
     "CutoffNotClosed",
     "CutoffNotOnBucketEdge",
     "InvalidRunId",
+    "Progress",
+    "Stage",
     "WatermarkUnavailable",
     "build_session",
     "compute_batch",
+    "log_progress",
     "publish_batch",
     "run_batch",
     "transform",

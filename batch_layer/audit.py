@@ -115,7 +115,7 @@ def audit_payout(settings: Settings, creator_id: str, day: date, run_id: str | N
             raise PayoutNotFound(
                 f"no payout{of_run} in the ledger for creator {creator_id!r} on {day.isoformat()}: "
                 "check the creator id, the day (UTC day of event time) and the run, or run the batch "
-                "with payouts first ('tally batch run --payouts')"
+                "with payouts first ('tally catalog load', then 'tally batch run')"
             )
         run = get_run(store, row.run_id)
         videos = catalog(store)

@@ -23,6 +23,7 @@ from batch_layer.errors import BatchError, CutoffBehindServed, InvalidRunId
 from batch_layer.explain import write_explained
 from batch_layer.extract import read_log
 from batch_layer.payouts import payouts_of_classified, save_computed_payouts
+from batch_layer.progress import Progress, log_progress, stage
 from batch_layer.reach import creator_viewers, write_creator_viewers
 from batch_layer.rules_used import save_run_rules
 from batch_layer.series import bucket_totals, write_series, write_tiers
@@ -65,9 +66,11 @@ def compute_batch(
     run_id: str | None = None,
     spark: SparkSession | None = None,
     videos: Mapping[str, CatalogRow] | None = None,
+    progress: Progress = log_progress,
 ) -> BatchResult:
     """Recompute every count from the log ingested before `cutoff_ms` and write it aside, unpublished,
-    with the explanations of the views it refused or flagged (`batch_layer.explain`).
+    with the explanations of the views it refused or flagged (`batch_layer.explain`). Its stages
+    (spark session, read, classify, counts, outputs) are told to `progress` as they start and end.
 
     Refuses a cutoff off a bucket edge or above the archiver watermark. A given run id is rewritten
     in place by a rerun (idempotent); the default is a fresh one. Uses `spark` if given, else builds
@@ -80,38 +83,48 @@ def compute_batch(
         raise InvalidRunId(f"run_id must match {_RUN_ID.pattern} (got {run_id!r})")
     require_closed_cutoff(settings, cutoff_ms)
     run_id = run_id or new_run_id(cutoff_ms)
-    session, own_session = session_for(settings, spark)
+    with stage(progress, "spark session"):
+        session, own_session = session_for(settings, spark)
     try:
         bot_filter = filter_of(settings.bot_rules_file)
         save_run_rules(settings, run_id, bot_filter)
-        events = read_log(session, settings.raw_dir, cutoff_ms)
+        with stage(progress, "read") as note:
+            events = read_log(session, settings.raw_dir, cutoff_ms)
+            events_read = events.count()
+            note.detail = f"{events_read:,} events"
         # The classified log feeds the counts, the explanations and the payouts: kept, it is
-        # classified once.
-        classified = classify(events, bot_filter).persist(StorageLevel.MEMORY_AND_DISK)
+        # classified once (here, so that the stage's time is the classification's).
+        with stage(progress, "classify"):
+            classified = classify(events, bot_filter).persist(StorageLevel.MEMORY_AND_DISK)
+            classified.count()
         try:
-            # Every count adds up from the counts per (video, day, bucket): kept, they are small.
-            grain = grain_counts(classified, settings.bucket_ms).cache()
-            try:
-                table = load.baseline_table(video_totals(grain))
-                load.write_daily(settings, run_id, bot_filter.version, daily_totals(grain))
-                write_series(settings, run_id, bucket_totals(grain))
-                write_tiers(settings, run_id, grain, classified)
-                events_read = events.count()
-            finally:
-                grain.unpersist()
-            write_explained(settings, run_id, classified, bot_filter)
-            payouts = None
-            if videos is not None:
-                reach = creator_viewers(session, classified, videos.values())
-                write_creator_viewers(settings, run_id, reach)
-                rows = payouts_of_classified(
-                    session, settings, run_id, cutoff_ms, classified, videos, bot_filter.version
-                )
-                save_computed_payouts(settings, run_id, rows)
-                payouts = len(rows)
+            with stage(progress, "counts") as note:
+                # Every count adds up from the counts per (video, day, bucket): kept, they are small.
+                grain = grain_counts(classified, settings.bucket_ms).cache()
+                try:
+                    table = load.baseline_table(video_totals(grain))
+                    load.write_daily(settings, run_id, bot_filter.version, daily_totals(grain))
+                    write_series(settings, run_id, bucket_totals(grain))
+                    write_tiers(settings, run_id, grain, classified)
+                finally:
+                    grain.unpersist()
+                note.detail = f"{table.num_rows:,} videos"
+            with stage(progress, "outputs") as note:
+                write_explained(settings, run_id, classified, bot_filter)
+                payouts = None
+                if videos is not None:
+                    reach = creator_viewers(session, classified, videos.values())
+                    write_creator_viewers(settings, run_id, reach)
+                    rows = payouts_of_classified(
+                        session, settings, run_id, cutoff_ms, classified, videos, bot_filter.version
+                    )
+                    save_computed_payouts(settings, run_id, rows)
+                    payouts = len(rows)
+                load.write_baseline(settings, run_id, table)
+                if payouts is not None:
+                    note.detail = f"{payouts:,} payout rows computed"
         finally:
             classified.unpersist()
-        load.write_baseline(settings, run_id, table)
     except (PySparkException, Py4JError, OSError) as exc:
         raise BatchError(
             f"batch run {run_id!r} at cutoff {cutoff_ms} failed, the previous baseline stays published: {exc}"

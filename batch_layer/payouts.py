@@ -192,8 +192,9 @@ def load_computed_payouts(settings: Settings, run_id: str) -> list[PayoutRow]:
     path = computed_payouts_path(settings, run_id)
     if not path.is_file():
         raise PayoutsUnavailable(
-            f"run {run_id!r} has no computed payouts at {path}: it was computed without them; run "
-            "'tally batch run --payouts' (or the Airflow DAG) to compute, publish and pay a run"
+            f"run {run_id!r} has no computed payouts at {path}: it was computed without them; load the "
+            "catalog ('tally catalog load') and run 'tally batch run' (or the Airflow DAG) to compute, "
+            "publish and pay a run"
         )
     kept = json.loads(path.read_text())
     return [

@@ -8,6 +8,6 @@ require("fastapi", "serving", __name__)
 require("sqlalchemy", "serving", __name__)
 
 from serving_layer.app import create_app
-from serving_layer.merge import Stats, merge
+from serving_layer.merge import Stats, corrected_by_batch, merge
 
-__all__ = ["Stats", "create_app", "merge"]
+__all__ = ["Stats", "corrected_by_batch", "create_app", "merge"]

@@ -119,7 +119,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(trends_router(settings, redis))
     app.include_router(creators_router(settings, redis, baselines))
     app.include_router(milestones_router(settings))
-    app.include_router(overview_router(settings, redis, baselines))
+    app.include_router(overview_router(settings, redis, baselines, reader))
     app.include_router(videos_router(settings, redis, baselines, reader))
     app.include_router(payouts_router(settings))
     app.include_router(admin_router(settings, reader))

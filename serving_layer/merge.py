@@ -21,6 +21,7 @@ class Stats:
     watching_now: int
     rejected: dict[str, int] = field(default_factory=dict)
     approx: bool = False
+    corrected_by_batch: int | None = None
 
 
 def merge(video_id: str, base: BaselineRow | None, speed: SpeedCounts | None) -> Stats:
@@ -43,7 +44,26 @@ def merge(video_id: str, base: BaselineRow | None, speed: SpeedCounts | None) ->
         watching_now=s.watching_now,
         rejected=added_rejected(b.rejected, s.rejected),
         approx=s.approx_uniques,
+        corrected_by_batch=corrected_by_batch(base, speed),
     )
+
+
+def corrected_by_batch(base: BaselineRow | None, speed: SpeedCounts | None) -> int | None:
+    """The views the batch took off the speed layer's count of the buckets before its cutoff: the
+    speed layer's counted views there less the baseline's (a bot burst the speed layer counted
+    while its minute filled, refused by the batch; negative if the batch counted more).
+
+    None when it is not known: no baseline, or no reading of the speed buckets before the cutoff,
+    or those buckets do not hold every view the batch judged (expired past the speed retention, lost
+    with Redis, or not counted yet by a counter that lags): the views each side judged (counted,
+    short, repeated or rejected) differ.
+    """
+    if base is None or speed is None or speed.before is None:
+        return None
+    judged = base.views + base.short_views + base.repeat_views + sum(base.rejected.values())
+    if speed.before.judged != judged:
+        return None
+    return speed.before.views - base.views
 
 
 def _unique_viewers(base: BaselineRow, speed: SpeedCounts) -> int:

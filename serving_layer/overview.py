@@ -1,5 +1,6 @@
 """The platform overview route: event and view rates, bot share, the counter's lag, batch freshness
-and the top and rising videos over the recent speed buckets (the dashboard's first page)."""
+and the top and rising videos over the recent speed buckets (the dashboard's first page); the top
+videos carry their served totals, each part says what it counts (`scopes`)."""
 
 from __future__ import annotations
 
@@ -23,13 +24,15 @@ from serving_layer.schemas import (
     MilestoneAnswer,
     OverviewAnswer,
     OverviewPoint,
+    OverviewScopes,
     PartitionLag,
     RefusedReason,
-    TrendingVideo,
+    Scope,
+    TopVideo,
 )
 from serving_layer.speed import platform_counts, top_videos
-from serving_layer.stats import REDIS_ERRORS, now_ms
-from serving_layer.trends import WindowBuckets, rising_videos
+from serving_layer.stats import REDIS_ERRORS, StatsReader, now_ms
+from serving_layer.trends import WindowBuckets, rising_videos, speed_window
 
 TOP_VIDEOS = 10  # videos in each of the top and rising lists
 BROKER_TIMEOUT_S = 1.0  # per broker request; the whole reading is given twice that
@@ -90,7 +93,11 @@ class EndOffsets:
             consumer.close()
 
 
-def overview_router(settings: Settings, redis: Redis, baselines: BaselineCache) -> APIRouter:
+def overview_router(
+    settings: Settings, redis: Redis, baselines: BaselineCache, reader: StatsReader
+) -> APIRouter:
+    """`/v1/overview`: the speed buckets of the window from Redis, each top video's total through
+    the stats `reader` (the stats route's own answer), the batch freshness from `baselines`."""
     router = APIRouter()
     end_offsets = EndOffsets(settings)
     kept: list[tuple[float, list[MilestoneAnswer]]] = []  # (read at, the milestones recorded last)
@@ -114,7 +121,9 @@ def overview_router(settings: Settings, redis: Redis, baselines: BaselineCache) 
         """The platform over the last `window_buckets` speed buckets (the current one counted up to
         now): events accepted and views counted a second, per bucket too; the refused views by
         reason and their share of the judged views; the counter's lag per partition of the events
-        topic; the served batch run and its age; the top videos by views and the fastest rising."""
+        topic; the served batch run and its age; the top videos by views in the window, each with
+        its total as the stats route serves it, and the fastest rising. `scopes` says which
+        figures are the speed layer's over the window (not totals, not corrected by a batch)."""
         now = now_ms()
         first, last, _, _ = trends.windows(now, bucket_ms, window_buckets, 0)
         degraded: list[str] = []
@@ -142,6 +151,8 @@ def overview_router(settings: Settings, redis: Redis, baselines: BaselineCache) 
                 f"the broker's end offset is below what the counter counted on partition "
                 f"{', '.join(behind)}: the broker lost records or is not the one the counter read"
             )
+        # Each top video's total is the stats route's answer (cached as it is), not a sum made here.
+        served = await asyncio.gather(*(reader.stats(video) for video, _ in top))
         totals: dict[str, int] = {}
         for counts in buckets:
             for name, value in counts.items():
@@ -172,13 +183,29 @@ def overview_router(settings: Settings, redis: Redis, baselines: BaselineCache) 
             bot_share=_bot_share(totals),
             consumer_lag=lag,
             batch=batch,
-            top=[TrendingVideo(video_id=v, views=n) for v, n in top],
+            top=[
+                TopVideo(video_id=v, views=stats["views"], window_views=n)
+                for (v, n), stats in zip(top, served, strict=True)
+            ],
             rising=rising,
             milestones=milestones,
+            scopes=_scopes(window_buckets, bucket_ms),
             degraded=degraded,
         )
 
     return router
+
+
+def _scopes(window_buckets: int, bucket_ms: int) -> OverviewScopes:
+    """Every part is the speed layer's over the window, but the top videos' totals."""
+    window = speed_window(window_buckets, bucket_ms)
+    top = Scope(
+        source="merged",
+        window_buckets=None,
+        text="views: each video's total, batch baseline + speed layer after its cutoff (as its stats); "
+        f"listed by window_views, its speed-layer views in the last {window_buckets} buckets",
+    )
+    return OverviewScopes(counts=window, bot_share=window, top=top, rising=window)
 
 
 async def _per_bucket(redis: Redis, first: int, last: int) -> list[dict[str, int]]:

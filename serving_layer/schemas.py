@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from starlette.responses import JSONResponse
 
 from serving_layer.errors import StoreUnavailable, UnknownCreator
@@ -87,6 +87,61 @@ class CreatorPayouts(BaseModel):
     payouts: list[PayoutAnswer]
 
 
+class RegionState(BaseModel):
+    """A region whose counts this one serves: itself (`local`), or a peer with the age of the
+    components read from it (null: never read to their end) and the replicator's error."""
+
+    local: bool
+    age_ms: int | None
+    error: str | None = None
+
+
+class StatsAnswer(BaseModel):
+    """A video's served counts: the batch baseline as of `batch_cutoff` plus the speed layer's buckets
+    from it on (`serving_layer.merge`), each with a readable form; the refused views by reason; the
+    served run; `approx` with the `degraded` reasons when a part may be missing or estimated."""
+
+    video_id: str
+    views: int
+    likes: int
+    dislikes: int
+    unique_viewers: int
+    watching_now: int
+    views_display: str
+    likes_display: str
+    dislikes_display: str
+    unique_viewers_display: str
+    rejected: dict[str, int]
+    as_of: int
+    batch_cutoff: int | None
+    batch_run_id: str | None
+    rules_version: str
+    approx: bool
+    corrected_by_batch: int | None = Field(
+        description="views the served batch took off the speed layer's count of the buckets before "
+        "its cutoff (its views there less the baseline's; negative: it added views); null when not "
+        "known: no baseline, or the speed buckets before the cutoff expired or were lost"
+    )
+    degraded: list[str]
+    regions: dict[str, RegionState] | None = Field(
+        default=None, description="with several regions: each region whose counts are served here"
+    )
+    user_liked: bool | None = Field(default=None, description="with `user_id`: null when unreadable")
+    user_disliked: bool | None = Field(default=None, description="with `user_id`: null when unreadable")
+
+
+class Scope(BaseModel):
+    """What a figure of an answer counts, so that a window does not read as a total: `source`
+    `speed` (the speed layer's buckets as it counted them, before any batch corrects them: a bot
+    burst the batch later refuses is in them) or `merged` (the batch baseline plus the speed
+    buckets from its cutoff, as the stats route answers); `window_buckets`: the recent speed
+    buckets summed (null: all time); `text`: the same in words."""
+
+    source: Literal["speed", "merged"]
+    window_buckets: int | None
+    text: str
+
+
 class TrendingVideo(BaseModel):
     """A video of a trending answer: its counted views in the window; by velocity also its views a
     minute in the window and in the baseline before it, and the rise (`counting.trends`)."""
@@ -99,11 +154,15 @@ class TrendingVideo(BaseModel):
 
 
 class TrendingAnswer(BaseModel):
+    """Videos by their counted views (or velocity) over the last `window_buckets` speed buckets:
+    `scope` says so (the views are the window's, not the videos' totals)."""
+
     by: str
     window_buckets: int
     baseline_buckets: int | None = None
     bucket_ms: int
     as_of: int
+    scope: Scope
     videos: list[TrendingVideo]
 
 
@@ -115,6 +174,7 @@ class RankAnswer(BaseModel):
     window_buckets: int
     bucket_ms: int
     as_of: int
+    scope: Scope
     views: int
     rank: int | None
     of: int
@@ -214,10 +274,31 @@ class MilestoneAnswer(BaseModel):
     webhook: str  # off, pending, delivered, dead
 
 
+class TopVideo(BaseModel):
+    """A video of the overview's top list: `views`, its total as the stats route serves it (baseline
+    + speed buckets from the cutoff), and `window_views`, the speed layer's counted views over the
+    window, which the list is ordered by."""
+
+    video_id: str
+    views: int
+    window_views: int
+
+
+class OverviewScopes(BaseModel):
+    """What each part of the overview counts (`Scope`): `counts` (the events, views, rates and
+    `points`), `bot_share`, `top` and `rising`."""
+
+    counts: Scope
+    bot_share: Scope
+    top: Scope
+    rising: Scope
+
+
 class OverviewAnswer(BaseModel):
     """The platform over the last `window_buckets` speed buckets, the current one counted up to
     `as_of`: `window_secs` from `from_ms` (the first bucket's start) to `as_of` inclusive; the rates
-    are the window's counts over those seconds."""
+    are the window's counts over those seconds. Every figure but the top list's `views` is the
+    speed layer's over the window, not corrected by a batch: `scopes` says so for each part."""
 
     window_buckets: int
     bucket_ms: int
@@ -232,7 +313,8 @@ class OverviewAnswer(BaseModel):
     bot_share: BotShare
     consumer_lag: ConsumerLag
     batch: BatchFreshness | None
-    top: list[TrendingVideo]
+    top: list[TopVideo]
     rising: list[TrendingVideo]
     milestones: list[MilestoneAnswer]  # the last recorded, newest first
+    scopes: OverviewScopes
     degraded: list[str]

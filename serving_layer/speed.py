@@ -19,13 +19,25 @@ from counting.trends import Place
 
 
 @dataclass(frozen=True)
+class ViewsBefore:
+    """A video's views in the speed buckets before a range, as the speed layer judged them: those it
+    counted, and all it judged (counted, too short, repeated or rejected), to be set against a
+    batch baseline of the same buckets (`serving_layer.merge.corrected_by_batch`)."""
+
+    views: int = 0
+    judged: int = 0
+
+
+@dataclass(frozen=True)
 class SpeedCounts(VideoCounts):
     """The sum of a video's speed deltas over a range of buckets (`unique_viewers`: the viewers the
-    speed layer first counted in them), plus its live presence."""
+    speed layer first counted in them), plus its live presence; `before`: the views of the buckets
+    before the range still in Redis, when read."""
 
     watching_now: int = 0
     buckets: int = 0
     viewers_estimate: int | None = None
+    before: ViewsBefore | None = None
 
     @property
     def approx_uniques(self) -> bool:
@@ -50,10 +62,13 @@ _PLAIN = {
 # A video's whole speed side in one read-only script. KEYS: its buckets index, presence (the
 # Redis-state counter's sessions), viewers and watching (the state counter's sessions by second, a
 # part per partition, newest second first); ARGV: the first bucket, the start (ms) of the first second
-# still watching (`rules.watching_from`), the prefix of its bucket-counts keys, that second. Every
-# key it reads carries the video's hash tag, so the script stays in one Redis Cluster slot. Answers
-# [buckets, watching, sketched, estimate, field, sum, field, sum, ...]: each field of the bucket
-# hashes summed over the buckets, in order of first sight (what summing them in Python gave).
+# still watching (`rules.watching_from`), the prefix of its bucket-counts keys, that second, and "1"
+# to read the buckets before the first too. Every key it reads carries the video's hash tag, so the
+# script stays in one Redis Cluster slot. Answers [buckets, watching, sketched, estimate, views
+# before, judged before, field, sum, field, sum, ...]: each field of the bucket hashes summed over
+# the buckets, in order of first sight (what summing them in Python gave); before the first bucket
+# (when asked, else 0): the counted views, and the views judged in any way (counted, short,
+# repeated, rejected).
 _READ_LUA = """
 local buckets = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[1], '+inf')
 local watching = redis.call('ZCOUNT', KEYS[2], ARGV[2], '+inf')
@@ -65,10 +80,23 @@ for _, part in ipairs(redis.call('HVALS', KEYS[4])) do
     watching = watching + seconds[i + 1]
   end
 end
-local answer = {#buckets, watching, 0, 0}
+local answer = {#buckets, watching, 0, 0, 0, 0}
 if redis.call('TYPE', KEYS[3]).ok == 'string' then
   answer[3] = 1
   answer[4] = redis.call('PFCOUNT', KEYS[3])
+end
+if ARGV[5] == '1' then
+  for _, bucket in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[1])) do
+    local flat = redis.call('HGETALL', ARGV[3] .. string.format('%d', tonumber(bucket)))
+    for i = 1, #flat, 2 do
+      local name = flat[i]
+      if name == 'views' then answer[5] = answer[5] + tonumber(flat[i + 1]) end
+      if name == 'views' or name == 'short_views' or name == 'repeat_views'
+          or string.sub(name, 1, 9) == 'rejected:' then
+        answer[6] = answer[6] + tonumber(flat[i + 1])
+      end
+    end
+  end
 end
 local sums, names = {}, {}
 for _, bucket in ipairs(buckets) do
@@ -104,15 +132,17 @@ async def read_video(
     now_ms: int,
     owners: Sequence[str],
     uniques_field: str = "uniques",
+    before: bool = False,
 ) -> tuple[SpeedCounts, bool]:
     """`read_speed`, and whether any of the `owners` keys exists (`speed_state_keys`), in one round
     trip: the sums are made by a read-only script next to the data, so a miss of the read cache
     costs one request to Redis however many buckets the video has. `uniques_field`: with several
-    regions, `g_uniques` (a viewer of two regions counted once, `sink.lua`)."""
+    regions, `g_uniques` (a viewer of two regions counted once, `sink.lua`). `before`: also the
+    views of the buckets before `from_bucket` still in Redis (`SpeedCounts.before`)."""
     first_second = rules.watching_from(now_ms)
     args: list[str | int] = [keys.buckets_index(video_id), keys.presence(video_id), keys.viewers(video_id)]
     args += [keys.watching(video_id), from_bucket, first_second * 1000]
-    args += [keys.bucket_counts(video_id, 0).removesuffix("0"), first_second]
+    args += [keys.bucket_counts(video_id, 0).removesuffix("0"), first_second, "1" if before else "0"]
     for attempt in (1, 2):
         try:
             async with redis.pipeline(transaction=False) as pipe:
@@ -130,7 +160,7 @@ async def read_video(
     flat = replies[0]
     plain: dict[str, int] = {}
     rejected: dict[str, int] = {}
-    for i in range(4, len(flat), 2):
+    for i in range(6, len(flat), 2):
         name = _text(flat[i])
         value = int(flat[i + 1])
         if name == uniques_field:
@@ -150,6 +180,7 @@ async def read_video(
         watching_now=int(flat[1]),
         buckets=int(flat[0]),
         viewers_estimate=int(flat[3]) if flat[2] else None,
+        before=ViewsBefore(int(flat[4]), int(flat[5])) if before else None,
     )
     return counts, any(int(found) for found in replies[1:])
 

@@ -62,6 +62,9 @@ class StatsReader:
         self._bot_rules = RulesInUse(
             self.settings.bot_rules_file
         )  # the counter's, for counts after the cutoff
+        # Per (baseline run, video): by how much that baseline corrected the speed layer's count, once
+        # known; a read then no longer sums the speed buckets before the cutoff.
+        self._corrections: dict[tuple[str, str], int] = {}
 
     async def stats(self, video_id: str) -> dict[str, Any]:
         """The counts of a video (possibly up to `max_age_secs` old); StoreUnavailable when
@@ -94,7 +97,11 @@ class StatsReader:
         try:
             from_bucket = rules.bucket_of(cutoff, self.settings.bucket_ms)
             uniques = "g_uniques" if self.settings.peers else "uniques"
-            speed, owned = await read_video(self.redis, video_id, from_bucket, now, self._owners, uniques)
+            known = self._corrections.get((baseline.run_id, video_id)) if baseline else None
+            before = baseline is not None and known is None
+            speed, owned = await read_video(
+                self.redis, video_id, from_bucket, now, self._owners, uniques, before=before
+            )
             if not owned:
                 degraded.append(
                     "the speed layer has no state in Redis (no counter has run, or Redis lost it): counts "
@@ -111,6 +118,9 @@ class StatsReader:
             degraded.append("baseline older than the speed retention: recent counts may be missing")
         regions = await self._regions(now, degraded) if self.settings.peers else None
         merged = merge(video_id, baseline.get(video_id) if baseline else None, speed)
+        corrected = merged.corrected_by_batch
+        if baseline is not None:
+            corrected = self._correction(baseline.run_id, video_id, corrected)
         body = {
             "video_id": video_id,
             "views": merged.views,
@@ -128,11 +138,24 @@ class StatsReader:
             "batch_run_id": baseline.run_id if baseline else None,
             "rules_version": baseline.rules_version if baseline else self._bot_rules.current().version,
             "approx": bool(degraded) or merged.approx,
+            "corrected_by_batch": corrected,
             "degraded": degraded,
         }
         if regions is not None:
             body["regions"] = regions
         return Answer(body, encode_json(body))
+
+    def _correction(self, run_id: str, video_id: str, read: int | None) -> int | None:
+        """The correction of the baseline `run_id` for the video: the one known, else `read` (kept
+        once known: later reads skip the buckets before the cutoff, which only expire after it)."""
+        key = (run_id, video_id)
+        if key in self._corrections:
+            return self._corrections[key]
+        if read is not None:
+            if len(self._corrections) > 100_000:
+                self._corrections.clear()
+            self._corrections[key] = read
+        return read
 
     async def _regions(self, now: int, degraded: list[str]) -> dict[str, dict[str, Any]]:
         """This region and each peer with the age of the components it holds from it: the time

@@ -1,5 +1,5 @@
 """The trending routes: top videos by views or by velocity over recent speed buckets, and one
-video's rank (the rules: `counting.trends`)."""
+video's rank (the rules: `counting.trends`); the scope that labels such a window as one."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from counting import trends
 from counting.event import VIDEO_ID_PATTERN
 from counting.settings import Settings
 from serving_layer.errors import StoreUnavailable
-from serving_layer.schemas import RankAnswer, TrendingAnswer, TrendingVideo
+from serving_layer.schemas import RankAnswer, Scope, TrendingAnswer, TrendingVideo
 from serving_layer.speed import place_in_window, top_videos, window_views
 from serving_layer.stats import REDIS_ERRORS, now_ms
 from serving_layer.timeseries import MAX_BUCKETS
@@ -20,6 +20,25 @@ from serving_layer.timeseries import MAX_BUCKETS
 WindowBuckets = Annotated[
     int, Query(ge=1, le=MAX_BUCKETS, description="how many recent buckets, the current one included")
 ]
+
+
+def speed_window(window_buckets: int, bucket_ms: int) -> Scope:
+    """The scope of figures summed over the last `window_buckets` speed buckets (the current one
+    up to now): the speed layer's counts as it made them, not totals and not corrected by a batch."""
+    return Scope(
+        source="speed",
+        window_buckets=window_buckets,
+        text=f"speed layer, last {window_buckets} buckets of {span_text(bucket_ms)}: counted as the "
+        "events came, before a batch corrects them; not totals",
+    )
+
+
+def span_text(ms: int) -> str:
+    """A bucket's width in words: "2 s", "5 min", "1 h", "1.5 h"."""
+    for unit, size in (("h", 3_600_000), ("min", 60_000), ("s", 1_000)):
+        if ms >= size:
+            return f"{ms / size:g} {unit}"
+    return f"{ms} ms"
 
 
 async def rising_videos(
@@ -87,6 +106,7 @@ def trends_router(settings: Settings, redis: Redis) -> APIRouter:
             baseline_buckets=baseline_buckets if by == "velocity" else None,
             bucket_ms=settings.bucket_ms,
             as_of=now,
+            scope=speed_window(window_buckets, settings.bucket_ms),
             videos=videos,
         )
 
@@ -107,6 +127,7 @@ def trends_router(settings: Settings, redis: Redis) -> APIRouter:
             window_buckets=window_buckets,
             bucket_ms=settings.bucket_ms,
             as_of=now,
+            scope=speed_window(window_buckets, settings.bucket_ms),
             views=place.views,
             rank=place.rank,
             of=place.of,

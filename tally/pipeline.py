@@ -29,7 +29,9 @@ from batch_layer.job import (
     publish_batch,
     require_not_behind_served,
 )
+from batch_layer.progress import Progress, log_progress, stage
 from counting import keys, redisconn, rules
+from counting.batchpaths import baseline_path
 from counting.catalog import CatalogRow
 from counting.settings import Settings
 from tally.submit import compute_with_spark_submit
@@ -121,14 +123,18 @@ def validate_raw(settings: Settings, since: int | None, cutoff: int, run_id: str
     return require_valid(check(settings, cutoff, since, run_id)).summary()
 
 
-def compute(settings: Settings, cutoff: int, run_id: str) -> dict[str, Any]:
+def compute(
+    settings: Settings, cutoff: int, run_id: str, progress: Progress = log_progress
+) -> dict[str, Any]:
     """Compute the run's outputs aside, unpublished (local Spark, or spark-submit to the configured
     cluster), and its payouts from the store's catalog in the same session, kept aside for
-    `write_payouts`. Returns the `BatchResult` as a plain dict (what an XCom carries)."""
+    `write_payouts`. Returns the `BatchResult` as a plain dict (what an XCom carries). Its stages
+    go to `progress` (on a cluster, one: the spark-submit)."""
     if settings.spark_master.startswith("local"):
-        result = compute_batch(settings, cutoff, run_id=run_id, videos=_catalog(settings))
+        result = compute_batch(settings, cutoff, run_id=run_id, videos=_catalog(settings), progress=progress)
     else:
-        result = compute_with_spark_submit(settings, cutoff, run_id)
+        with stage(progress, "compute (spark-submit)"):
+            result = compute_with_spark_submit(settings, cutoff, run_id)
     return asdict(result)
 
 
@@ -172,13 +178,23 @@ def publish(
     an old interval rewrites its outputs but never moves the served baseline back; `force` does),
     and record the run in the store's batch runs: when it was published, the operator's reason to
     let views fall, whether validation was skipped or the switch forced, the raw files in quarantine
-    (left out of the log it read). True if switched."""
+    (left out of the log it read), the views it took back from the served baseline. True if
+    switched."""
+    from quality.corrections import run_corrections
     from warehouse.migrate import migrate
     from warehouse.store import SUCCEEDED, RunRecord, get_run, open_store, quarantined_files, record_run
 
     result = BatchResult(**run)
     served = current_baseline(settings.baselines_dir)
     behind = served is not None and served.cutoff > result.cutoff
+    taken = run_corrections(
+        settings.batch_dir,
+        baseline_path(settings, result.run_id),
+        result.run_id,
+        result.cutoff,
+        result.rules_version,
+        served,
+    )
     switched = False
     if behind and not force:
         assert served is not None
@@ -212,6 +228,7 @@ def publish(
                 skip_validation=skip_validation,
                 forced=force and (behind or result.events_read == 0),
                 excluded_files=excluded or None,
+                corrections=taken or None,
             ),
         )
     return switched
@@ -238,8 +255,8 @@ def write_run_payouts(settings: Settings, run_id: str | None = None) -> tuple[st
         served = read_pointer(settings.baselines_dir)
         if served is None:
             raise PayoutsUnavailable(
-                "no baseline is published yet, so no run's payouts can be written: run "
-                "'tally batch run --payouts' first"
+                "no baseline is published yet, so no run's payouts can be written: load the catalog "
+                "('tally catalog load') and run 'tally batch run' first"
             )
         run_id = str(served["run_id"])
     migrate(settings.store_url)
@@ -260,30 +277,36 @@ def write_run_payouts(settings: Settings, run_id: str | None = None) -> tuple[st
 @dataclass(frozen=True)
 class ManualRun:
     """What `tally batch run` did: the run, whether its baseline was switched in, the validation
-    summaries (None when skipped) and the payout rows written (None: not asked)."""
+    summaries (None when skipped), the payout rows written (None: none written) and, when that
+    is not the whole story, a line saying why and what to run next (`payouts_note`)."""
 
     result: BatchResult
     published: bool
     raw_validation: str | None
     output_validation: str | None
     payouts_written: int | None
+    payouts_note: str | None = None
 
 
 def batch_run(
     settings: Settings,
     cutoff: int,
     *,
-    payouts: bool = False,
+    payouts: bool | None = None,
     skip_validation: bool = False,
     allow_decrease_reason: str | None = None,
     force: bool = False,
     warn: Callable[[str], None] = log.warning,
+    progress: Progress = log_progress,
 ) -> ManualRun:
     """A batch run by hand, through the same gates as the DAG: refuse a cutoff that would move
     serving back or read nothing (`force` publishes it anyway), validate the raw files it reads,
     compute (payouts in the same session), validate the outputs (views may fall only with
-    `allow_decrease_reason`), publish and record the run, write the payouts if asked.
-    `skip_validation` leaves both gates out (recorded in the run). `warn` says what is unusual."""
+    `allow_decrease_reason`), publish and record the run, write the payouts: when the store's
+    video catalog is loaded, unless `payouts` is False (True: even with an empty catalog).
+    `skip_validation` leaves both gates out (recorded in the run). `warn` says what is unusual;
+    `progress` hears each stage start and end (validate inputs, spark session, read, classify,
+    counts, outputs, validate outputs, publish, payouts)."""
     from quality.inputs import run_inputs
 
     run_id = new_run_id(cutoff)
@@ -299,21 +322,51 @@ def batch_run(
     if not run_inputs(settings.raw_dir, cutoff):
         _nothing_read(cutoff, force, warn)
     _say_quarantined(settings, warn)
+    catalog_loaded = bool(_catalog(settings))
     raw_summary = None
     if skip_validation:
         warn(f"--skip-validation: run {run_id} is published WITHOUT validating its inputs or outputs")
     else:
-        raw_summary = validate_raw(settings, None, cutoff, run_id)
-    run = compute(settings, cutoff, run_id)
+        with stage(progress, "validate inputs"):
+            raw_summary = validate_raw(settings, None, cutoff, run_id)
+    run = compute(settings, cutoff, run_id, progress)
     result = BatchResult(**run)
     if result.events_read == 0:
         _nothing_read(cutoff, force, warn)
     output_summary = None
     if not skip_validation:
-        output_summary = validate_outputs(settings, run, allow_decrease_reason)
-    published = publish(settings, run, allow_decrease_reason, skip_validation, force)
-    written = write_run_payouts(settings, result.run_id)[1] if payouts else None
-    return ManualRun(result, published, raw_summary, output_summary, written)
+        with stage(progress, "validate outputs"):
+            output_summary = validate_outputs(settings, run, allow_decrease_reason)
+    with stage(progress, "publish"):
+        published = publish(settings, run, allow_decrease_reason, skip_validation, force)
+    written = None
+    if payouts or (payouts is None and catalog_loaded):
+        with stage(progress, "payouts") as note:
+            written = write_run_payouts(settings, result.run_id)[1]
+            note.detail = f"{written:,} ledger rows"
+    return ManualRun(
+        result,
+        published,
+        raw_summary,
+        output_summary,
+        written,
+        _payouts_note(result, catalog_loaded, written),
+    )
+
+
+def _payouts_note(result: BatchResult, catalog_loaded: bool, written: int | None) -> str | None:
+    """Why a run wrote no payouts and what to run next; None when it wrote them from a catalog."""
+    if not catalog_loaded:
+        return (
+            f"no payouts: the video catalog is empty, so run {result.run_id} computed none; load it with "
+            "'tally catalog load', then run 'tally batch run' again"
+        )
+    if written is None:
+        return (
+            f"payouts of run {result.run_id} computed, not written (--no-payouts): "
+            f"'tally payouts write --run-id {result.run_id}' writes them to the ledger"
+        )
+    return None
 
 
 def _say_quarantined(settings: Settings, warn: Callable[[str], None]) -> None:

@@ -13,7 +13,7 @@ from counting.settings import Settings
 from serving_layer.baselines import BaselineCache
 from serving_layer.fast_path import STATS_PATH
 from serving_layer.routes.params import UserIdQuery, VideoIdPath
-from serving_layer.schemas import error_answer
+from serving_layer.schemas import StatsAnswer, error_answer
 from serving_layer.stats import StatsReader, encode_json, now_ms
 from serving_layer.timeseries import DEFAULT_BUCKETS, MAX_BUCKETS, Refused, Step, Window, series_answer
 
@@ -29,9 +29,10 @@ def videos_router(
     """`stats` (also answered by `fast_path.PlainStats` when plain) and `timeseries` of a video."""
     router = APIRouter()
 
-    @router.get(STATS_PATH, response_model=dict[str, Any])
+    @router.get(STATS_PATH, response_model=StatsAnswer)
     async def stats(video_id: VideoIdPath, user_id: UserIdQuery = None) -> Response:
-        """Views, likes, dislikes, unique viewers and presence: baseline(C) + speed buckets >= C."""
+        """Views, likes, dislikes, unique viewers and presence: baseline(C) + speed buckets >= C;
+        `corrected_by_batch`: the views the batch took off the speed layer's count before C."""
         answer = await reader.answer(video_id)
         if user_id is None:
             return _json(answer.encoded)

@@ -1,6 +1,8 @@
 // Tally dashboard. Without ?video=: the platform overview (/v1/overview, refreshed every few
 // seconds). With ?video=<id>: that video's live counters (server-sent events), its views per
-// bucket, trending and its refused views. Plain DOM and SVG: no library, works offline.
+// bucket, trending and its refused views. A figure of recent speed buckets says so (the answers'
+// `scope`), and a video's page says when a batch corrected its count. Plain DOM and SVG: no
+// library, works offline.
 "use strict";
 
 const SVG = "http://www.w3.org/2000/svg";
@@ -217,11 +219,22 @@ function showOverview(answer) {
     ]) facts.append(el("dt", {}, name), el("dd", { "data-fact": name }, value));
   }
 
+  const scopes = answer.scopes;
+  setText("ov-scope", `Events, views and refused views above: ${scopes.counts.text}.`);
+  setText("ov-chart-scope", scopes.counts.text);
+  setText("ov-bots-scope", scopes.bot_share.text);
+  setText("ov-rising-scope", scopes.rising.text);
+  setText("ov-top-scope", scopes.top.text);
   const top = document.getElementById("ov-top");
   top.replaceChildren();
   for (const v of answer.top) {
+    // The total is the video page's; the window's views (what orders the list) stand beside it.
     const li = el("li");
-    li.append(videoLink(v.video_id), el("span", { class: "n" }, `${fmt(v.views)} views`));
+    li.append(
+      videoLink(v.video_id),
+      el("span", { class: "window", title: scopes.top.text }, `+${fmt(v.window_views)} in the window`),
+      el("span", { class: "n", title: "total, as on the video's page" }, `${fmt(v.views)} views`),
+    );
     top.appendChild(li);
   }
   if (!answer.top.length) top.appendChild(el("li", { class: "empty" }, "no views in the window"));
@@ -297,6 +310,7 @@ function showStats(stats) {
   }
   const cutoff = stats.batch_cutoff ? iso(stats.batch_cutoff) : "none yet";
   setText("asof", `as of ${iso(stats.as_of)} · batch cutoff ${cutoff}` + (stats.approx ? " · approximate" : ""));
+  showCorrection(stats);
   const body = document.querySelector("#rejected tbody");
   body.replaceChildren();
   const reasons = Object.entries(stats.rejected || {}).sort((a, b) => b[1] - a[1]);
@@ -306,6 +320,21 @@ function showStats(stats) {
     row.insertCell().textContent = reason.replaceAll("_", " ");
     const cell = row.insertCell(); cell.className = "n"; cell.textContent = fmt(n);
   }
+}
+
+// Say when the served batch corrected the speed layer's count of the buckets before its cutoff
+// (the count moved at its publish: a bot burst the batch refused, most often).
+function showCorrection(stats) {
+  const note = document.getElementById("corrected");
+  const n = stats.corrected_by_batch;
+  note.hidden = !n;
+  if (!n) return;
+  const batch = `The batch up to ${iso(stats.batch_cutoff)} (run ${stats.batch_run_id})`;
+  note.textContent = n > 0
+    ? `${batch} took ${fmt(n)} views off the speed layer's count before its cutoff: views it refused ` +
+      "(a bot burst, say) that the speed layer had counted. The count fell by that much when it was published."
+    : `${batch} added ${fmt(-n)} views the speed layer had not counted before its cutoff. ` +
+      "The count rose by that much when it was published.";
 }
 
 function drawVideoChart(answer) {
@@ -336,11 +365,13 @@ async function refreshVideoChart() {
 async function refreshTrending() {
   const answer = await fetch("/v1/trending?limit=10");
   if (!answer.ok) return;
+  const body = await answer.json();
+  setText("trending-scope", `views in the window: ${body.scope.text}`);
   const list = document.getElementById("trending");
   list.replaceChildren();
-  for (const entry of (await answer.json()).videos) {
+  for (const entry of body.videos) {
     const item = el("li");
-    item.append(videoLink(entry.video_id), ` — ${fmt(entry.views)} views`);
+    item.append(videoLink(entry.video_id), ` — ${fmt(entry.views)} views in the window`);
     list.appendChild(item);
   }
 }

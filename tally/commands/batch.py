@@ -28,8 +28,14 @@ def batch_run(
     ] = "auto",
     data_dir: DataDir = None,
     payouts: Annotated[
-        bool, typer.Option("--payouts", help="write the run's payouts to the ledger once it is published")
-    ] = False,
+        bool | None,
+        typer.Option(
+            "--payouts/--no-payouts",
+            help="write the run's payouts to the ledger once it is published (default: when the "
+            "video catalog is loaded)",
+            show_default=False,
+        ),
+    ] = None,
     allow_decrease: Annotated[
         str | None,
         typer.Option(
@@ -53,12 +59,15 @@ def batch_run(
     ] = False,
 ) -> None:
     """Validate the raw files the run reads, recompute exact counts up to a closed cutoff, validate
-    the outputs and publish the baseline; with --payouts, write the run's payouts too."""
+    the outputs, publish the baseline and write the run's payouts (when the catalog is loaded).
+    Each stage is shown on stderr as it runs, with its time; the run's result is printed as JSON."""
     from dataclasses import asdict
 
     from rich.markup import escape
 
+    from batch_layer.progress import stage
     from tally import pipeline
+    from tally.commands.stages import StageDisplay
     from tally.traffic_run import closed_cutoff
 
     if allow_decrease is not None and not allow_decrease.strip():
@@ -70,21 +79,33 @@ def batch_run(
 
     settings = settings_of(data_dir)
     cutoff_ms = closed_cutoff(settings) if cutoff == "auto" else _parse_cutoff(cutoff)
-    done = pipeline.batch_run(
-        settings,
-        cutoff_ms,
-        payouts=payouts,
-        skip_validation=skip_validation,
-        allow_decrease_reason=allow_decrease,
-        force=force,
-        warn=loud,
-    )
+    display = StageDisplay(errors)
+    try:
+        done = pipeline.batch_run(
+            settings,
+            cutoff_ms,
+            payouts=payouts,
+            skip_validation=skip_validation,
+            allow_decrease_reason=allow_decrease,
+            force=force,
+            warn=loud,
+            progress=display,
+        )
+        answer = {**asdict(done.result), "published": done.published, "payouts_written": done.payouts_written}
+        if done.published:
+            with stage(display, "milestones"):
+                answer["milestones_announced"] = _announce_milestones(settings, loud)
+    finally:
+        display.close()
     for summary in (done.raw_validation, done.output_validation):
         if summary is not None:
             errors.print(summary, markup=False, highlight=False, soft_wrap=True)
-    answer = {**asdict(done.result), "published": done.published, "payouts_written": done.payouts_written}
-    if done.published:
-        answer["milestones_announced"] = _announce_milestones(settings, loud)
+    if done.payouts_note is not None:
+        errors.print(done.payouts_note, markup=False, highlight=False, soft_wrap=True)
+    state = "published" if done.published else "computed, not published"
+    errors.print(
+        f"batch: run {done.result.run_id} {state} in {display.total():.1f} s", markup=False, highlight=False
+    )
     console.print_json(json.dumps(answer, default=str))
 
 

@@ -47,6 +47,9 @@ SNAPSHOT = """() => {
       (tr) => [Number(tr.dataset.partition), ...cells(tr, ["end", "next", "lag"])]),
     top: [...document.querySelectorAll("#ov-top li")].map(
       (li) => [li.querySelector("a").textContent, li.querySelector(".n").textContent]),
+    topWindow: [...document.querySelectorAll("#ov-top li .window")].map((span) => span.textContent),
+    scopes: ["ov-chart-scope", "ov-bots-scope", "ov-rising-scope", "ov-top-scope"].map(
+      (id) => document.getElementById(id).textContent),
     rising: [...document.querySelectorAll("#ov-rising li a")].map((a) => a.textContent),
     lines: [...document.querySelectorAll("#ov-chart polyline")].map(
       (line) => [line.getAttribute("class"), line.getAttribute("points").split(" ").length]),
@@ -153,6 +156,10 @@ def test_the_overview_shows_what_the_route_answers(stack: Stack, stack_settings:
         assert len(shown["partitions"]) == stack_settings.topic_partitions
         assert (answer["batch"], shown["batchAge"]) == (None, "\u2013")
         assert shown["top"] == [[v["video_id"], f"{v['views']:,} views"] for v in answer["top"]]
+        assert shown["topWindow"] == [f"+{v['window_views']:,} in the window" for v in answer["top"]]
+        scopes = answer["scopes"]
+        assert shown["scopes"] == [scopes[part]["text"] for part in ("counts", "bot_share", "rising", "top")]
+        assert shown["scopes"][1].startswith(f"speed layer, last {WINDOW_BUCKETS} buckets of 2 s")
         assert shown["rising"] == [v["video_id"] for v in answer["rising"]]
         assert shown["lines"] == [
             [f"line {kind}", len(answer["points"])] for kind in ("events", "views", "refused")
@@ -174,6 +181,7 @@ def test_the_overview_shows_what_the_route_answers(stack: Stack, stack_settings:
         )
         assert page.locator("#status").inner_text() == "live"
         assert page.locator("#overview").is_hidden()
+        assert page.locator("#corrected").is_hidden()  # no batch has corrected the count
         page.wait_for_function(
             "[...document.querySelectorAll('#chart rect.bar')].some((bar) => bar.getAttribute('height') > 0)",
             timeout=15_000,

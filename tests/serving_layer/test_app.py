@@ -15,6 +15,7 @@ from counting import oracle
 from counting.event import Event, EventType
 from counting.settings import Settings
 from serving_layer.app import create_app
+from tally.pipeline import expire_speed_buckets
 from tally.services import free_port
 from tests.serving_layer.conftest import Events
 from tests.writers import History, Writers, closed_bucket
@@ -65,6 +66,36 @@ def test_new_baseline_moves_the_boundary(
 
     assert (_counts(answer), answer["batch_cutoff"]) == (expected, second.cutoff)
     assert answer["batch_run_id"] == second.run_id
+
+
+def test_the_answer_says_by_how_much_the_batch_corrected_the_speed_layers_count(
+    api: TestClient, settings: Settings, tally: Writers, history: History
+) -> None:
+    """`series` (conftest): before the cutoff the speed layer let 30 views of a burst through while
+    its minute filled; the batch, seeing the whole minute, refuses them. The count falls by them
+    at the publish, and the answer says so, as long as that baseline is served; a serving process
+    that starts once the speed buckets before the cutoff are expired (as the DAG's last task expires
+    them) no longer knows it."""
+    history.count(tally)
+    speed_only = api.get("/v1/videos/series/stats").json()
+    assert speed_only["corrected_by_batch"] is None  # no batch yet
+    run = history.runs[0]
+    history.publish(settings, run)
+
+    answer = api.get("/v1/videos/series/stats").json()
+
+    assert answer["views"] == oracle.count(history.events)["series"].views == 16
+    assert answer["corrected_by_batch"] == speed_only["views"] - answer["views"] == 30
+    for video in ("merged", "cached"):  # nothing refused that the speed layer had counted
+        assert api.get(f"/v1/videos/{video}/stats").json()["corrected_by_batch"] == 0
+
+    expire_speed_buckets(settings, run.cutoff + settings.retention_ms)  # every bucket before C
+    kept = api.get("/v1/videos/series/stats").json()
+    with TestClient(create_app(settings)) as restarted:
+        expired = restarted.get("/v1/videos/series/stats").json()
+
+    assert (kept["views"], kept["corrected_by_batch"]) == (answer["views"], 30)
+    assert (expired["views"], expired["corrected_by_batch"]) == (answer["views"], None)
 
 
 def test_baseline_older_than_retention_is_flagged(

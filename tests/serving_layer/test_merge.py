@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from counting.counts import VideoCounts
-from serving_layer.merge import Stats, merge
-from serving_layer.speed import SpeedCounts
+from serving_layer.merge import Stats, corrected_by_batch, merge
+from serving_layer.speed import SpeedCounts, ViewsBefore
 from warehouse.baseline import BaselineRow
 
 
@@ -49,3 +49,16 @@ def test_either_side_may_be_missing() -> None:
     assert merge("v1", None, None) == Stats("v1", 0, 0, 0, 0, 0)
     assert merge("v1", BaselineRow("v1", views=3), None).views == 3
     assert merge("v1", None, SpeedCounts(views=2, watching_now=1)).views == 2
+
+
+def test_the_correction_is_known_only_when_both_sides_judged_the_same_views() -> None:
+    """The baseline judged 11 counted, 1 short and 33 rejected views before its cutoff."""
+    base = BaselineRow("v1", views=11, short_views=1, rejected={"scripted_agent": 2, "address_velocity": 31})
+
+    assert corrected_by_batch(base, SpeedCounts(before=ViewsBefore(views=41, judged=45))) == 30
+    assert corrected_by_batch(base, SpeedCounts(before=ViewsBefore(views=10, judged=45))) == -1
+    assert corrected_by_batch(base, SpeedCounts(before=ViewsBefore(views=30, judged=34))) is None  # expired
+    assert corrected_by_batch(base, SpeedCounts()) is None  # the buckets before were not read
+    assert corrected_by_batch(None, SpeedCounts(before=ViewsBefore())) is None  # no baseline
+    assert corrected_by_batch(base, None) is None  # the speed layer unread
+    assert merge("v1", base, SpeedCounts(before=ViewsBefore(views=41, judged=45))).corrected_by_batch == 30

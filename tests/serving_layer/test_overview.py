@@ -97,8 +97,11 @@ def _check_against_oracle(answer: dict[str, Any], events: Sequence[Event], bucke
     recent = trends.window_views(per_video, first, last)
     ranked = trends.ranking(recent)[:10]
     # Ties at the list's end may keep either video: the views in order, each video's its own.
-    assert [v["views"] for v in answer["top"]] == [n for _, n in ranked]
-    assert all(recent[v["video_id"]] == v["views"] for v in answer["top"])
+    assert [v["window_views"] for v in answer["top"]] == [n for _, n in ranked]
+    assert all(recent[v["video_id"]] == v["window_views"] for v in answer["top"])
+    # Without a batch, a top video's total is every view the speed layer counted, in the window or not.
+    totals = oracle.count(events)
+    assert all(v["views"] == totals[v["video_id"]].views for v in answer["top"])
     before = trends.window_views(per_video, base_first, base_last)
     rising = trends.velocities(recent, before, as_of, bucket_ms, window, trends.DEFAULT_BASELINE_BUCKETS)[:10]
     assert answer["rising"] == [
@@ -141,6 +144,7 @@ def test_the_overview_counts_what_the_oracle_counts(
     _check_against_oracle(answer, events, settings.bucket_ms)
     assert 0 < answer["events"] < len(events)
     assert any(v["baseline_per_minute"] > 0 for v in answer["rising"])
+    assert any(v["window_views"] < v["views"] for v in answer["top"])
 
 
 def test_an_idle_platform_is_zero(api: TestClient, settings: Settings) -> None:
@@ -156,6 +160,43 @@ def test_an_idle_platform_is_zero(api: TestClient, settings: Settings) -> None:
     assert [p["events"] for p in answer["points"]] == [0] * 6
     assert answer["bot_share"] == {"judged_views": 0, "rejected_views": 0, "share": None, "by_reason": []}
     assert (answer["top"], answer["rising"], answer["batch"]) == ([], [], None)
+    window = {
+        "source": "speed",
+        "window_buckets": 6,
+        "text": "speed layer, last 6 buckets of 2 s: counted as the events came, before a batch "
+        "corrects them; not totals",
+    }
+    scopes = answer["scopes"]
+    assert (scopes["counts"], scopes["bot_share"], scopes["rising"]) == (window, window, window)
+    assert (scopes["top"]["source"], scopes["top"]["window_buckets"]) == ("merged", None)
+
+
+def test_after_a_batch_the_top_videos_carry_the_views_their_stats_serve(
+    api: TestClient, settings: Settings, tally: Writers, history: History
+) -> None:
+    """The speed layer counted a burst of `series` before the cutoff that the batch refuses
+    (conftest): once the batch is published, the top list's views are each video's stats route's,
+    the batch's correction included; the list is ordered by the views of the window (a few new
+    views each, now), which the answer gives apart."""
+    history.count(tally)
+    history.publish(settings, history.runs[0])
+    e = Events(settings.bucket_ms, prefix="top")
+    now = time.time_ns() // 1_000_000 // settings.bucket_ms
+    fresh = [*e.views("series", now, "n1", "n2", "n3"), *e.views("cached", now, "n1", "n2")]
+    fresh += e.views("merged", now, "n1")
+    tally.ingest(fresh)
+    tally.count()
+
+    answer = api.get("/v1/overview", params={"window_buckets": 3}).json()
+
+    top = [(v["video_id"], v["window_views"]) for v in answer["top"]]
+    assert top == [("series", 3), ("cached", 2), ("merged", 1)]
+    stats = {v: api.get(f"/v1/videos/{v}/stats").json() for v, _ in top}
+    assert [v["views"] for v in answer["top"]] == [stats[v]["views"] for v, _ in top]
+    truth = oracle.count([*history.events, *fresh])
+    assert [v["views"] for v in answer["top"]] == [truth[v].views for v, _ in top]
+    assert stats["series"]["corrected_by_batch"] == 30  # the burst the speed layer counted
+    assert answer["scopes"]["top"]["source"] == "merged"
 
 
 def _produce(bootstrap: str, records: Sequence[Record]) -> None:

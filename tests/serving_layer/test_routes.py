@@ -163,6 +163,7 @@ def test_rank_places_a_video_as_the_oracle_does(api: TestClient, settings: Setti
         place = trends.place_of(video, trends.window_views(per_bucket, first, last))
         assert (answer["views"], answer["rank"], answer["of"]) == (place.views, place.rank, place.of)
         assert answer["rank"] == want_rank
+        assert (answer["scope"]["source"], answer["scope"]["window_buckets"]) == ("speed", 5)
     answer = api.get("/v1/videos/a/rank", params={"window_buckets": 0})
     assert (answer.status_code, answer.json()["errors"][0]["field"]) == (422, "window_buckets")
 
@@ -199,5 +200,11 @@ def test_trending_by_velocity_puts_the_rising_video_first(
     ]
     assert [v[0] for v in served] == ["rising", "steady"]
     assert (answer["by"], answer["baseline_buckets"]) == ("velocity", 6)
+    assert answer["scope"] == {
+        "source": "speed",
+        "window_buckets": 2,
+        "text": "speed layer, last 2 buckets of 2 s: counted as the events came, before a batch "
+        "corrects them; not totals",
+    }
     answer = api.get("/v1/trending", params={"by": "speed"})
     assert (answer.status_code, answer.json()["errors"][0]["field"]) == (422, "by")

@@ -1,11 +1,13 @@
 """`tally batch run`, `tally payouts write` and `tally audit payout` through the real batch (Spark,
 Great Expectations, the store) on generated traffic: the README's sequence pays and the audit
 proves it; a cutoff that would move serving back, or read nothing, is refused unless forced; a
-repair that lowers the counts publishes only with a reason, recorded with the run."""
+repair that lowers the counts publishes only with a reason, recorded with the run. Each run shows
+its stages with their times, and says what to run when it wrote no payouts."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -66,16 +68,40 @@ def _settings(data_dir: Path) -> Settings:
     return Settings(data_dir=data_dir, bucket_ms=BUCKET_MS)
 
 
+def _stages(output: str, outcome: str = "done in") -> list[str]:
+    """The stages the command said ended so (`done in`, or `FAILED after`), in order."""
+    return re.findall(rf"^batch: (\S.*?) +{outcome} +\d+\.\d s", output, re.MULTILINE)
+
+
 def test_the_readme_sequence_pays_and_the_audit_proves_it(data_dir: Path) -> None:
     code, output = _tally("catalog", "load", "--videos", "30", "--seed", "5", "--data-dir", str(data_dir))
     assert code == 0, output
 
-    code, output = _batch(data_dir, "--cutoff", str(CUTOFF), "--payouts")
+    code, output = _batch(data_dir, "--cutoff", str(CUTOFF))  # the catalog is loaded: it pays
 
     assert code == 0, output
     answer = _answer(output)
     assert answer["published"] is True and answer["cutoff"] == CUTOFF
     assert "validation of the raw log read by run" in output and "passed" in output
+    assert _stages(output) == [
+        "validate inputs",
+        "spark session",
+        "read",
+        "classify",
+        "counts",
+        "outputs",
+        "validate outputs",
+        "publish",
+        "payouts",
+        "milestones",
+    ]
+    assert all(f"batch: {name} ..." in output for name in _stages(output))  # said as each started
+    assert re.search(rf"^batch: read +done in .*\({answer['events_read']:,} events\)$", output, re.M)
+    assert re.search(
+        rf"^batch: payouts +done in .*\({answer['payouts_written']:,} ledger rows\)$", output, re.M
+    )
+    assert f"batch: run {answer['run_id']} published in " in output
+    assert "tally catalog load" not in output
     settings = _settings(data_dir)
     expected = oracle_views(traffic_events(TRAFFIC), CUTOFF, catalog_rows(TRAFFIC))
     with open_store(settings.store_url) as store:
@@ -139,6 +165,9 @@ def test_serving_never_moves_back_without_force_and_a_fall_needs_a_reason(data_d
     code, output = _batch(data_dir, "--cutoff", str(CUTOFF))
     assert code == 0, output
     served = _answer(output)["run_id"]
+    assert _answer(output)["payouts_written"] is None
+    assert f"no payouts: the video catalog is empty, so run {served} computed none" in output
+    assert "'tally catalog load', then run 'tally batch run' again" in output
     older = CUTOFF - 10 * BUCKET_MS
 
     for cutoff in (older, 0):
@@ -152,16 +181,25 @@ def test_serving_never_moves_back_without_force_and_a_fall_needs_a_reason(data_d
 
     # A repair: a raw file turns out not to belong in the log, and is removed.
     removed = sorted(settings.raw_dir.rglob("*.parquet"))[0]
+    relative = removed.relative_to(settings.raw_dir).as_posix()
     removed.unlink()
 
     code, output = _batch(data_dir, "--cutoff", str(CUTOFF))
 
-    assert code == 2, output
-    assert "views never decrease from the baseline being served" in output
+    assert code == 2, output  # a validated file gone: its views would drop out unseen
+    assert "validated raw file(s) are gone from the log" in output and relative in output
+    reason = f"removed {removed.name}, replayed by a load test"
+    code, recorded = _tally("batch", "quarantine", relative, "--reason", reason, "--data-dir", str(data_dir))
+    assert code == 0, recorded
+
+    code, output = _batch(data_dir, "--cutoff", str(CUTOFF))
+
+    assert code == 2, output  # recorded, but the views it held fell with no rule to take them back
+    assert "views never fall below the served baseline's but by views the rules took back" in output
+    assert len(_stages(output, "FAILED after")) == 1 and "batch: publish" not in output
     pointer = read_pointer(settings.baselines_dir)
     assert pointer is not None and pointer["run_id"] == served
 
-    reason = f"removed {removed.name}, replayed by a load test"
     code, output = _batch(data_dir, "--cutoff", str(CUTOFF), "--allow-decrease", reason)
 
     assert code == 0, output
@@ -171,6 +209,7 @@ def test_serving_never_moves_back_without_force_and_a_fall_needs_a_reason(data_d
         record = get_run(store, repaired)
     assert record is not None and record.published_at is not None
     assert (record.allow_decrease_reason, record.skip_validation, record.forced) == (reason, False, False)
+    assert record.excluded_files == {relative: reason}
 
     code, output = _batch(data_dir, "--cutoff", str(older), "--force")
 
@@ -183,11 +222,23 @@ def test_serving_never_moves_back_without_force_and_a_fall_needs_a_reason(data_d
         record = get_run(store, forced)
     assert record is not None and record.forced is True
 
-    code, output = _batch(data_dir, "--cutoff", str(CUTOFF), "--skip-validation")
+    code, output = _tally("catalog", "load", "--videos", "30", "--seed", "5", "--data-dir", str(data_dir))
+    assert code == 0, output
+
+    code, output = _batch(data_dir, "--cutoff", str(CUTOFF), "--skip-validation", "--no-payouts")
 
     assert code == 0, output
     assert "published WITHOUT validating" in output
     assert "validation of" not in output
+    assert "validate" not in " ".join(_stages(output))
+    unpaid = str(_answer(output)["run_id"])
     with open_store(settings.store_url) as store:
-        record = get_run(store, str(_answer(output)["run_id"]))
+        record = get_run(store, unpaid)
     assert record is not None and record.skip_validation is True
+    assert _answer(output)["payouts_written"] is None and "payouts" not in _stages(output)
+    assert f"'tally payouts write --run-id {unpaid}' writes them to the ledger" in output
+
+    code, output = _tally("payouts", "write", "--run-id", unpaid, "--data-dir", str(data_dir))
+
+    assert code == 0, output
+    assert re.search(rf"wrote [1-9]\d* payout rows of run {unpaid}", output)
