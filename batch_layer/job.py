@@ -27,7 +27,7 @@ from batch_layer.progress import Progress, log_progress, stage
 from batch_layer.reach import creator_viewers, write_creator_viewers
 from batch_layer.rules_used import save_run_rules
 from batch_layer.series import bucket_totals, write_series, write_tiers
-from batch_layer.session import session_for
+from batch_layer.session import session_for, stop_session
 from batch_layer.totals import daily_totals, grain_counts, video_totals
 from batch_layer.transform import classify
 from counting.bots import filter_of
@@ -131,7 +131,7 @@ def compute_batch(
         ) from exc
     finally:
         if own_session:
-            session.stop()
+            stop_session(session)
     return BatchResult(
         run_id=run_id,
         cutoff=cutoff_ms,

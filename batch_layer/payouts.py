@@ -28,7 +28,7 @@ from batch_layer.columns import COUNTED, floor_div, is_view
 from batch_layer.errors import BatchError, PayoutsUnavailable
 from batch_layer.extract import read_log
 from batch_layer.rules_used import save_run_rules
-from batch_layer.session import session_for
+from batch_layer.session import session_for, stop_session
 from batch_layer.transform import classify
 from counting import rules
 from counting.batchpaths import computed_payouts_path, payout_events_path
@@ -270,6 +270,6 @@ def run_payouts(
         ) from exc
     finally:
         if own_session:
-            session.stop()
+            stop_session(session)
     write_payouts(settings, run_id, cutoff, rows, started_at=started_at)
     return rows

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from pyspark.errors import PySparkRuntimeError
+from py4j.protocol import Py4JError
+from pyspark.errors import PySparkException, PySparkRuntimeError
 from pyspark.sql import SparkSession
 
 from batch_layer.spark_conf import spark_conf
@@ -62,6 +64,15 @@ def session_for(settings: Settings, spark: SparkSession | None) -> tuple[SparkSe
         return SparkSession.active(), False
     except PySparkRuntimeError:
         return build_session(settings), True
+
+
+def stop_session(session: SparkSession) -> None:
+    """Stop a session a job owns; a session whose JVM is already gone (a killed run) is logged, not
+    raised, so the job's own error (the previous baseline stays published) is the one reported."""
+    try:
+        session.stop()
+    except (PySparkException, Py4JError, OSError) as exc:
+        logging.getLogger(__name__).warning("spark session not stopped cleanly (its JVM is gone?): %r", exc)
 
 
 _BYPASS_PARTIAL_AGGREGATION = "spark.sql.execution.bypassPartialAggregation"

@@ -27,16 +27,19 @@ from tally.tasks import after_compute, run_params
 SCHEDULE = os.environ.get("TALLY_BATCH_SCHEDULE", "0 * * * *")
 
 
-def _poke_seconds(bucket_ms: str | None) -> float:
-    """The archiver sensor pokes once a bucket, at most once a minute and at least once a second:
-    a cutoff closes a grace after the interval ends, so the first poke usually comes too early."""
+def _poke_seconds(bucket_ms: str | None, grace_ms: str | None) -> float:
+    """How often the archiver sensor pokes: a cutoff closes a grace (the producer's delivery
+    timeout) after the interval ends, so the first poke, at the end, usually comes too early; the
+    next comes two graces later (at most once a bucket and once a minute, at least once a second)."""
     try:
-        return max(1.0, min(60.0, int(bucket_ms or 3_600_000) / 1000))
+        bucket_s = int(bucket_ms or 3_600_000) / 1000
+        grace_s = int(grace_ms or 5_000) / 1000
     except ValueError:
         return 60.0
+    return max(1.0, min(60.0, bucket_s, 2 * grace_s))
 
 
-POKE_SECONDS = _poke_seconds(os.environ.get("TALLY_BUCKET_MS"))
+POKE_SECONDS = _poke_seconds(os.environ.get("TALLY_BUCKET_MS"), os.environ.get("TALLY_DELIVERY_TIMEOUT_MS"))
 
 
 @dag(

@@ -24,7 +24,8 @@ def run_params() -> dict[str, Param]:
             minLength=1,
             description=(
                 "after a data repair: why this run may publish views below the served baseline's "
-                "(recorded with the run); empty: a fall fails validate_outputs"
+                "(recorded with the run); empty: a fall the bot rules do not explain fails "
+                "validate_outputs"
             ),
         ),
     }
@@ -44,8 +45,17 @@ def validate_outputs(run: dict[str, Any], params: dict[str, Any] | None = None) 
 
 @task
 def publish(run: dict[str, Any], params: dict[str, Any] | None = None) -> bool:
+    """Publish the run; one that read no event is skipped (and the tasks after it), as `tally batch
+    run` refuses it: an empty baseline would serve zeros for every video."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
     from tally import pipeline
 
+    if run.get("events_read") == 0:
+        raise AirflowSkipException(
+            f"run {run.get('run_id')} read no event (the log holds none ingested before its cutoff "
+            f"{run.get('cutoff')}): nothing is published, the served baseline stays"
+        )
     return pipeline.publish(Settings(), run, _reason(params))
 
 

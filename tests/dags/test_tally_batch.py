@@ -217,3 +217,43 @@ def test_a_corrupt_partition_fails_at_validation_and_the_previous_baseline_stays
     )
     served = current_baseline(settings.baselines_dir)
     assert served is not None and served.run_id == f"interval-{previous_cutoff}"
+
+
+def test_the_sensor_pokes_again_two_graces_after_the_interval_ends(
+    airflow_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hourly buckets, a 5 s grace: a first poke at the interval's end finds the cutoff not closed
+    yet, the next comes 10 s later (it came a minute later: a minute lost every run)."""
+    import runpy
+
+    from tally.airflow import DAGS_FOLDER
+
+    def poke_seconds(bucket_ms: str, grace_ms: str) -> float:
+        monkeypatch.setenv("TALLY_BUCKET_MS", bucket_ms)
+        monkeypatch.setenv("TALLY_DELIVERY_TIMEOUT_MS", grace_ms)
+        return float(runpy.run_path(str(DAGS_FOLDER / "tally_batch.py"))["POKE_SECONDS"])
+
+    assert poke_seconds("3600000", "5000") == 10.0
+    assert poke_seconds("2000", "5000") == 2.0  # at most once a bucket
+    assert poke_seconds("3600000", "300") == 1.0  # at least once a second
+    assert poke_seconds("3600000", "600000") == 60.0  # at most once a minute
+
+
+def test_a_run_that_reads_no_event_publishes_nothing(
+    dag_bag: Any, tally_env: Settings, redis_client: redis.Redis
+) -> None:
+    """An empty log up to the cutoff: the DAG computes, finds no event, and skips publishing (as
+    `tally batch run` refuses it without --force) instead of serving zeros."""
+    from tests.writers import archived_until
+
+    settings = tally_env
+    cutoff = int(datetime(2026, 11, 21, 5, tzinfo=UTC).timestamp() * 1000)
+    archived_until(settings, cutoff)
+    dag = dag_bag.get_dag("tally_batch")
+
+    run = dag.test(logical_date=datetime.fromtimestamp(cutoff / 1000, tz=UTC))
+
+    states = _states(run)
+    assert (states["compute"], states["publish"]) == ("success", "skipped"), states
+    assert {states[t] for t in ("write_payouts", "announce_milestones", "build_warehouse")} == {"skipped"}
+    assert current_baseline(settings.baselines_dir) is None
