@@ -36,9 +36,14 @@ docs: install
 # Spark JVM in memory.
 TEST_WORKERS ?= 2
 
+# Each phase keeps a JUnit report (every test's time) under data/test-report/, for finding the
+# slow ones beside the --durations list pytest prints.
+REPORTS := data/test-report
+
 test: lint docs
-	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile -m "not serial" $(PYTEST_ARGS); parallel=$$?; \
-	$(VENV)/bin/pytest -m serial $(PYTEST_ARGS); serial=$$?; \
+	mkdir -p $(REPORTS)
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile -m "not serial" --junitxml=$(REPORTS)/parallel.xml $(PYTEST_ARGS); parallel=$$?; \
+	$(VENV)/bin/pytest -m serial --junitxml=$(REPORTS)/serial.xml $(PYTEST_ARGS); serial=$$?; \
 	echo "make test: pytest exited $$parallel on $(TEST_WORKERS) workers, $$serial alone (serial)"; \
 	case "$$parallel $$serial" in "5 5") exit 5;; [05]" "[05]) exit 0;; *) exit 1;; esac
 
