@@ -103,9 +103,16 @@ def stale_state(settings: Settings, what_to_do: str) -> StackError:
 
 
 def reset_state(settings: Settings) -> None:
-    """Forget the log, baselines and speed state: for a fresh local broker, whose log starts empty."""
-    for folder in (settings.own_log_dir, settings.baselines_dir, settings.data_dir / "batch"):
+    """Forget the log, baselines and speed state: for a fresh local broker, whose log starts empty.
+    The store forgets the raw files it validated or quarantined (the catalog and the ledger stay)."""
+    for folder in (
+        settings.own_log_dir,
+        settings.baselines_dir,
+        settings.data_dir / "batch",
+        settings.quarantine_dir,
+    ):
         shutil.rmtree(folder, ignore_errors=True)
+    _forget_log_files(settings)
     client = redisconn.sync_client(settings)
     try:
         batch = []
@@ -117,6 +124,20 @@ def reset_state(settings: Settings) -> None:
         _delete_each(client, batch)
     finally:
         client.close()
+
+
+def _forget_log_files(settings: Settings) -> None:
+    """The store's records of the wiped log's files: a run would otherwise refuse their absence."""
+    from sqlalchemy.engine import make_url
+
+    from warehouse.connection import open_store
+    from warehouse.validated import forget_log_files
+
+    url = make_url(settings.store_url)
+    if url.get_backend_name() == "sqlite" and (url.database is None or not Path(url.database).exists()):
+        return  # no store yet: nothing recorded
+    with open_store(settings.store_url) as store:
+        forget_log_files(store)
 
 
 def _delete_each(client: redis.Redis, names: list[bytes]) -> None:

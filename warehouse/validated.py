@@ -55,3 +55,15 @@ def record_validated(store: Store, files: Iterable[ValidatedFile]) -> int:
         for start in range(0, len(records), 5_000):
             upsert(connection, tables.validated_files, records[start : start + 5_000], ("path",))
     return len(records)
+
+
+def forget_log_files(store: Store) -> int:
+    """Forget every validated and quarantined raw file (a log wiped to start empty: `tally up
+    --reset`); returns how many records were dropped. A store not migrated yet has none."""
+    with transaction(store) as connection:
+        present = sa.inspect(connection)
+        dropped = 0
+        for table in (tables.validated_files, tables.quarantined_files):
+            if present.has_table(table.name):
+                dropped += connection.execute(sa.delete(table)).rowcount or 0
+        return dropped
