@@ -95,7 +95,7 @@ def run_suite(
         page = _docs_page(context, identifier) or page
         failed = [r for r in validation.results if not r.success]
         failures += [_plain_words(r, index_columns) for r in failed]
-        failing += [key for r in failed for key in _failing_keys(r)]
+        failing += [key for r in failed for key in _failing_keys(r, list(index_columns))]
     return SuiteOutcome(
         suite=suite.name,
         rows=len(frame),
@@ -105,12 +105,16 @@ def run_suite(
     )
 
 
-def _failing_keys(outcome: Any) -> list[str]:
+def _failing_keys(outcome: Any, index_columns: list[str]) -> list[str]:
     """The index values of a failed expectation's example rows (one column: its value; several:
-    joined by ' / ')."""
+    joined by ' / '); the rows also carry the checked columns, which are left out."""
     result: Mapping[str, Any] = outcome.result or {}
     rows = result.get("partial_unexpected_index_list") or []
-    return [" / ".join(str(_plain(v)) for v in row.values()) for row in rows if isinstance(row, Mapping)]
+    return [
+        " / ".join(str(_plain(row[c])) for c in index_columns if c in row)
+        for row in rows
+        if isinstance(row, Mapping)
+    ]
 
 
 def _docs_page(context: FileDataContext, identifier: Any) -> Path | None:

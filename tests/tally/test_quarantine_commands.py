@@ -119,7 +119,7 @@ def test_a_corrupt_file_is_quarantined_runs_go_on_without_it_and_count_it_once_r
 
     assert code == 2, refused
     assert "no row appears twice in one file" in refused
-    assert f"files with failing rows: {relative}" in refused
+    assert f"note: files with failing rows: {relative}\n" in refused
     assert "tally batch quarantine FILE --reason" in refused
     assert current_baseline(settings.baselines_dir) is None
 
