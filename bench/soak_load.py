@@ -174,9 +174,11 @@ class Loader:
                 figures.resent_requests += 1
                 figures.resent_events += len(events)
             figures.invalid.extend(content["errors"])
+            written: set[str] = set()  # a copy of an event inside one request is written once
             for index, event in enumerate(events):
-                if index in refused:
+                if index in refused or event["event_id"] in written:
                     continue
+                written.add(event["event_id"])
                 figures.acked.append((event, ingest_ts))
                 if event["video_id"] not in figures._seen:
                     figures._seen.add(event["video_id"])
