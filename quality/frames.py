@@ -77,6 +77,18 @@ def _conform(table: pa.Table) -> tuple[pa.Table, str | None]:
     return pa.Table.from_arrays(columns, schema=LOG_SCHEMA), "; ".join(problems) or None
 
 
+def unreadable(paths: Iterable[Path]) -> dict[Path, str]:
+    """The files among `paths` that are no Parquet file (truncated, garbled), with the reader's
+    words: no row of theirs can be checked, so they are reported once each, apart from the rows."""
+    found: dict[Path, str] = {}
+    for path in paths:
+        try:
+            pq.ParquetFile(path).metadata  # noqa: B018  (reads the footer: a truncated file has none)
+        except (OSError, pa.ArrowInvalid) as exc:
+            found[path] = str(exc)
+    return found
+
+
 def _read_file(path: Path, raw_dir: Path) -> pd.DataFrame:
     try:
         table, problem = _conform(pq.read_table(path))

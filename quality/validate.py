@@ -77,7 +77,13 @@ def validate_raw(
     outcomes: list[SuiteOutcome] = []
     rows_by_file: dict[str, int] = {}
     interval_rows = 0
+    broken = frames.unreadable(settings.raw_dir / p.path for p in check.pending)
+    if broken:
+        outcomes.append(_unreadable_outcome(settings.raw_dir, broken))
     for day, day_files in sorted(by_day.items()):
+        day_files = [path for path in day_files if path not in broken]
+        if not day_files:
+            continue
         frame = frames.raw_frame(settings.raw_dir, day_files)
         rows_by_file.update(frame.groupby(suites.FILE).size().to_dict())
         if since_ms is not None:
@@ -108,6 +114,17 @@ def validate_raw(
         passed = [p.validated(int(rows_by_file.get(p.path, 0)), now, run_id) for p in check.pending]
         inputs.record(settings.store_url, [*passed, *check.restated])
     return report
+
+
+def _unreadable_outcome(raw_dir: Path, broken: dict[Path, str]) -> SuiteOutcome:
+    """One failure per file that is no Parquet file, instead of one per rule its missing rows break."""
+    named = {path.relative_to(raw_dir).as_posix(): reason for path, reason in sorted(broken.items())}
+    return SuiteOutcome(
+        suite=suites.RAW_LOG,
+        rows=0,
+        failures=tuple(f"not a readable Parquet file: {path} ({reason})" for path, reason in named.items()),
+        failing=tuple(named),
+    )
 
 
 def _way_forward(report: ValidationReport) -> tuple[str, ...]:

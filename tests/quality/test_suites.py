@@ -163,6 +163,27 @@ def test_an_unreadable_file_is_reported_not_skipped(tmp_path: Path) -> None:
     assert frame[suites.SCHEMA_PROBLEM][0].startswith("not a readable Parquet file")
 
 
+def test_a_truncated_file_is_one_failure_naming_it_and_the_others_are_checked(tmp_path: Path) -> None:
+    """Not one failure per rule that its missing rows break (seven 'is present' lines once)."""
+    from counting.settings import Settings
+    from quality.validate import validate_raw
+    from warehouse.migrate import migrate
+
+    settings = Settings(data_dir=tmp_path / "data")
+    _write(settings.raw_dir, "events-p0-0-4.parquet", _clean_rows())
+    broken = _write(settings.raw_dir, "events-p0-5-9.parquet", _clean_rows())
+    broken.write_bytes(broken.read_bytes()[:200])
+    migrate(settings.store_url)
+
+    report = validate_raw(settings, HOUR + 3_600_000)
+
+    assert not report.success
+    [failure] = report.failures
+    assert failure.startswith(f"[raw_log] not a readable Parquet file: {FOLDER}/events-p0-5-9.parquet (")
+    assert report.failing == (f"{FOLDER}/events-p0-5-9.parquet",)
+    assert sum(o.rows for o in report.outcomes) == len(_clean_rows())  # the readable file was checked
+
+
 def test_qualified_views_keep_first_copies_below_the_cutoff(tmp_path: Path) -> None:
     raw = tmp_path / "raw"
     _write(raw, "events-p0-0-4.parquet", _clean_rows())
