@@ -16,6 +16,9 @@ import pyarrow.parquet as pq
 from warehouse.baseline import Baseline
 from warehouse.explanations import EXPLAINED_SCHEMA, REFUSED, explained_path
 
+# The views taken back that a record lists by id, per video (all are counted in `taken_back_count`).
+LISTED = 1_000
+
 
 def _refused(batch_dir: Path, run_id: str, videos: list[str], before: int) -> dict[str, dict[str, str]]:
     """The views of `videos` ingested before `before` that the run refused: per video, event id ->
@@ -41,9 +44,9 @@ def taken_back(
     batch_dir: Path, previous: Baseline, run_id: str, views: Mapping[str, int]
 ) -> dict[str, dict[str, Any]]:
     """Per video whose `views` fell below the served baseline's: the served and new views, and the
-    views ingested before the served cutoff that this run refuses and the served run did not
-    (event id and reason, oldest ids first). A video whose fall those views do not explain is still
-    listed (`unexplained` > 0): the output gate refuses it."""
+    views ingested before the served cutoff that this run refuses and the served run did not: how
+    many, by reason, and the first `LISTED` by id with their reason. A video whose fall those views
+    do not explain is still listed (`unexplained` > 0): the output gate refuses it."""
     fallen = sorted(v for v, row in previous.rows.items() if views.get(v, 0) < row.views)
     now = _refused(batch_dir, run_id, fallen, previous.cutoff)
     before = _refused(batch_dir, previous.run_id, fallen, previous.cutoff)
@@ -51,10 +54,15 @@ def taken_back(
     for video in fallen:
         back = sorted((e, r) for e, r in now.get(video, {}).items() if e not in before.get(video, {}))
         fall = previous.rows[video].views - views.get(video, 0)
+        by_reason: dict[str, int] = defaultdict(int)
+        for _, reason in back:
+            by_reason[reason] += 1
         corrections[video] = {
             "served_views": previous.rows[video].views,
             "views": views.get(video, 0),
-            "taken_back": [{"event_id": e, "reason": r} for e, r in back],
+            "taken_back_count": len(back),
+            "by_reason": dict(sorted(by_reason.items())),
+            "taken_back": [{"event_id": e, "reason": r} for e, r in back[:LISTED]],
             "unexplained": max(0, fall - len(back)),
         }
     return corrections
@@ -63,18 +71,18 @@ def taken_back(
 def explained_floor(previous: Baseline, corrections: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
     """The views each video must keep at least: the served ones less those the run took back."""
     return {
-        video: row.views - len(corrections[video]["taken_back"]) if video in corrections else row.views
+        video: row.views - int(corrections[video]["taken_back_count"]) if video in corrections else row.views
         for video, row in previous.rows.items()
     }
 
 
 def summary(corrections: Mapping[str, Mapping[str, Any]], shown: int = 5) -> str:
     """The corrections in words, for the run's report."""
-    views = sum(len(c["taken_back"]) for c in corrections.values())
+    views = sum(int(c["taken_back_count"]) for c in corrections.values())
     reasons: dict[str, int] = defaultdict(int)
     for correction in corrections.values():
-        for view in correction["taken_back"]:
-            reasons[view["reason"]] += 1
+        for reason, n in correction["by_reason"].items():
+            reasons[reason] += n
     by_reason = ", ".join(f"{reason} {n}" for reason, n in sorted(reasons.items()))
     videos = ", ".join(
         f"{v} {c['served_views']} -> {c['views']}" for v, c in list(sorted(corrections.items()))[:shown]

@@ -117,6 +117,8 @@ def test_views_a_later_interval_proves_bots_are_taken_back_and_recorded(
         "rot": {
             "served_views": 6,
             "views": 0,
+            "taken_back_count": 6,
+            "by_reason": {"agent_rotation": 6},
             "taken_back": [{"event_id": e.event_id, "reason": "agent_rotation"} for e in early],
             "unexplained": 0,
         }
