@@ -275,6 +275,19 @@ def parse_spark_conf(value: object) -> dict[str, str]:
     return dict(value)
 
 
+def check_counter(settings: Settings) -> None:
+    """Raise InvalidSetting when the counter cannot run with the settings: the Redis-state counter
+    (`counter_state=redis`) runs scripts over keys of many slots, which a Redis Cluster refuses at
+    the first batch; refused at start instead."""
+    if settings.redis_cluster and settings.counter_state == "redis":
+        raise InvalidSetting(
+            "TALLY_REDIS_CLUSTER=1 with TALLY_COUNTER_STATE=redis: the Redis-state counter cannot run on "
+            "a Redis Cluster (its scripts touch keys of many slots); set TALLY_COUNTER_STATE=worker "
+            "(the counter's state in the worker, one slot a partition), or point TALLY_REDIS_URL at a "
+            "single Redis"
+        )
+
+
 def check_secrets(settings: Settings, names: tuple[str, ...] = SECRETS) -> None:
     """Raise InvalidSetting naming the first of `names` that is empty, a `change-me` placeholder or
     too short to be a secret: an API must not start with a key anyone can guess."""
