@@ -85,7 +85,7 @@ print(json.dumps(dag.get_task("wait_for_archiver").poke_interval))
 """
 
 
-@pytest.mark.parametrize(("bucket_ms", "poke"), [("2000", 2.0), ("10000", 10.0), (None, 60.0), ("300", 1.0)])
+@pytest.mark.parametrize(("bucket_ms", "poke"), [("2000", 2.0), ("10000", 10.0), (None, 10.0), ("300", 1.0)])
 def test_the_archiver_sensor_pokes_once_a_bucket_at_most_once_a_minute(
     airflow_home: Path, bucket_ms: str | None, poke: float
 ) -> None:
