@@ -45,9 +45,12 @@ def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def dag_bag(airflow_home: Path) -> Any:
-    """The project's DAGs, parsed as the DAG processor does."""
+    """The project's DAGs, parsed as the DAG processor does, anew for each test: `dag.test(run_conf=
+    ...)` leaves the run's params on the DAG object, so a shared one carried one test's
+    `allow_decrease_reason` into the next test's runs (as a fresh parse per run does not in
+    production)."""
     from airflow.dag_processing.dagbag import DagBag
 
     return DagBag(dag_folder=DAGS_FOLDER)
