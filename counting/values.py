@@ -24,11 +24,17 @@ _history_encoder = msgspec.msgpack.Encoder()
 class UnknownLayout(TallyError, ValueError):
     """A value in Redis is not in the layout this version of Tally reads."""
 
-    def __init__(self, what: str, raw: bytes | str, expected: str) -> None:
+    def __init__(
+        self,
+        what: str,
+        raw: bytes | str,
+        expected: str,
+        remedy: str = "upgrade this process or the writer, then rewrite the value",
+    ) -> None:
         shown = raw[:40] if isinstance(raw, str) else raw[:40].hex(" ")
         super().__init__(
             f"{what} is not in the layout this Tally reads ({expected}; got {shown!r}): it was written "
-            "by another Tally version; upgrade this process or the writer, then rewrite the value"
+            f"by another Tally version; {remedy}"
         )
         self.what = what
 

@@ -11,17 +11,20 @@ it counted, and readers sum the parts."""
 from __future__ import annotations
 
 import msgspec
+import numpy as np
 import redis.asyncio as aioredis
 
 from counting import keys, rules
 from counting.values import ShardPlan, encode_shard_plan
 from counting.wire import partition_for, record_key
+from speed_layer.seen import ROW, video_tag
 from speed_layer.state import NO_ROUTE, SEP, PartitionState
 
 # A plan holds from this far ahead: more than the time an ingest process trusts what it read.
 NOTICE_MS = rules.SHARD_CACHE_MS + 1_000
-# Fields a hand-off write sends at a time.
+# Fields a hand-off write sends at a time; the bytes of markers in one field.
 CHUNK = 2_000
+MARKER_BYTES = ROW.itemsize * 40_000
 _encoder = msgspec.msgpack.Encoder()
 
 
@@ -48,9 +51,16 @@ def moved_entries(
         if partition != home:
             found.setdefault(partition, {})[table + SEP + key] = _encoder.encode(value)
 
-    for key, seen in state.seen.items():
-        if key.startswith(prefix):
-            put("seen", key, seen, seen[2])
+    markers = state.seen.of_video(video_tag(video))  # the markers go as `seen.ROW` records
+    if markers.size:
+        shard = markers["route"] % shards
+        for route in np.unique(shard).tolist():
+            partition = partition_of(route)
+            if partition != home:
+                moved = markers[shard == route].tobytes()
+                for n, start in enumerate(range(0, len(moved), MARKER_BYTES)):
+                    part = moved[start : start + MARKER_BYTES]
+                    found.setdefault(partition, {})[f"seen{SEP}{route}:{n}"] = part
     for key, counted in state.windows.items():
         if key.startswith(prefix):
             viewer = key[len(prefix) :].rpartition(SEP)[0]

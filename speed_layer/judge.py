@@ -10,11 +10,17 @@ from functools import lru_cache
 from counting import rules
 from counting.botfilter import BotFilter
 from counting.event import Event
+from counting.signals import REASONS
 from speed_layer.windows import ViewWindows
 
 SHORT = "s"
 QUALIFIED = "v"
 REACTION = "a"
+# Every verdict, by the code a marker keeps of it (`speed_layer/seen.py`, 8 bits). The codes follow
+# `signals.REASONS`: a new reason goes at its end, or the markers kept (the retry horizon) change
+# meaning.
+VERDICTS: tuple[str, ...] = (SHORT, QUALIFIED, REACTION, *(f"rejected:{reason}" for reason in REASONS))
+VERDICT_CODE: dict[str, int] = {verdict: code for code, verdict in enumerate(VERDICTS)}
 
 
 @lru_cache(maxsize=8)

@@ -76,7 +76,13 @@ def decode_entry(raw: bytes, what: str) -> Entry:
     try:
         return _entry_decoder.decode(plain)
     except msgspec.ValidationError as exc:
-        raise UnknownLayout(what, plain, f"state.Entry: {exc}") from None
+        raise UnknownLayout(
+            what,
+            plain,
+            f"state.Entry: {exc}",
+            "stop the counter, run `tally speed rebuild --replace` (it counts the archived log into "
+            "a new state), then start the counter again",
+        ) from None
 
 
 _PARTS = ("offset", "owner", "log", "snapshot", "sketches", "chunks", "chunks:next", "chunks:mark")

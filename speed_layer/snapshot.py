@@ -26,6 +26,8 @@ from collections.abc import Iterator
 from itertools import islice
 from typing import Any
 
+import numpy as np
+
 from speed_layer.state import TABLES, PartitionState
 
 # The entries of the state's tables a micro-batch encodes into chunks (`StateCounter.plan`): this
@@ -49,8 +51,9 @@ class SnapshotBuild:
         self.offset = state.offset
         self.newest = state.newest_ingest
         copies = state.table_copies()
+        self._markers: np.ndarray = copies["seen"]  # `seen.ROW` records, taken a slice at a time
         self._items: list[tuple[str, Iterator[tuple[str, Any]]]] = [
-            (table, iter(copies[table].items())) for table in TABLES
+            (table, iter(copies[table].items())) for table in TABLES if table != "seen"
         ]
         self.chunks = 0  # planned so far; the next one's index
         self.planned_all = False
@@ -62,6 +65,9 @@ class SnapshotBuild:
         of the tables' entries), how many entries it holds and whether it is the last one."""
         chunk: dict[str, object] = {"offset": self.offset, "newest": self.newest, "sketches": {}}
         left = entries
+        markers, self._markers = self._markers[:left], self._markers[left:]
+        chunk["seen"] = markers.tobytes()
+        left -= markers.size
         for table, items in self._items:
             part = dict(islice(items, left)) if left > 0 else {}
             chunk[table] = part

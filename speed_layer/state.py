@@ -4,10 +4,11 @@ and the counting rules of `counting/` run on it, event by event, in offset order
 Every table holds absolute values, and each micro-batch records which entries it changed: the
 changelog entry (`delta`) is those entries' new values, so restoring is upserting entries in order,
 and the counts reach Redis as this partition's absolute values per video and bucket (a replay
-rewrites the same ones). Tables, all keyed by text (`video SEP ...`):
+rewrites the same ones). Tables (keyed by text, `video SEP ...`, but the markers):
 
-- seen: video SEP event_id -> [ingest_ts, verdict, viewer route] of the applied copy, within the
-  retry horizon (the route, `rules.viewer_route`, tells where a hot video's plan sends the viewer);
+- seen: the markers of the applied copies within the retry horizon (`speed_layer/seen.py`: rows
+  keyed by a fingerprint of video and event id, holding the copy's ingest time, verdict and viewer
+  route, which tells where a hot video's plan sends the viewer; in a changelog entry, `ROW` bytes);
 - windows: video SEP viewer SEP window -> [ingest_ts, event_id] of the counted view;
 - firsts: video SEP viewer digest -> the first bucket the viewer was counted in (exact up to
   `EXACT_VIEWERS_LIMIT` viewers of a video in this partition, then only the sketch grows);
@@ -39,8 +40,9 @@ from counting import rules
 from counting.event import Event
 from counting.wire import decode_events, encode_events
 from speed_layer.counter import PRESENCE_KEEP_MS
-from speed_layer.judge import QUALIFIED, REACTION, SHORT
+from speed_layer.judge import QUALIFIED, REACTION, SHORT, VERDICT_CODE
 from speed_layer.plan import EXACT_VIEWERS_LIMIT
+from speed_layer.seen import Marker, SeenTable, fingerprint, video_tag
 
 SEP = "\x1f"
 TABLES = (
@@ -65,7 +67,7 @@ _route_of = rules.route_of
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder()
 _LIKED, _DISLIKED = rules.LIKED, rules.DISLIKED
-_TUPLES = frozenset({"seen", "windows", "beats"})
+_TUPLES = frozenset({"windows", "beats"})
 # A session's newest heartbeat restored from a changelog written before beats carried the viewer's
 # route: it stays with the partition that has it (`handoff.moved_entries`).
 NO_ROUTE = -1
@@ -79,7 +81,7 @@ class Entry(TypedDict):
 
     offset: int
     newest: int
-    seen: dict[str, tuple[int, str, int] | None]
+    seen: bytes  # `seen.ROW` records
     windows: dict[str, tuple[int, str] | None]
     firsts: dict[str, int | None]
     reactions: dict[str, tuple[Reaction, ...] | None]
@@ -115,7 +117,7 @@ class PartitionState:
         self.newest_ingest = 0
         # Markers and windows are tuples of numbers and text: the collector stops tracking such a
         # tuple once it has seen it, where millions of lists would be scanned at every full collection.
-        self.seen: dict[str, tuple[int, str, int]] = {}
+        self.seen = SeenTable(horizon_ms)
         self.windows: dict[str, tuple[int, str]] = {}
         self.firsts: dict[str, int] = {}
         self.reactions: dict[str, tuple[Reaction, ...]] = {}
@@ -141,7 +143,6 @@ class PartitionState:
     def _bind_changes(self) -> None:
         """The change sets written per event, bound once per micro-batch."""
         tables = self.changes.keys
-        self._changed_seen = tables["seen"]
         self._changed_windows = tables["windows"]
         self._changed_firsts = tables["firsts"]
         self._changed_counts = tables["counts"]
@@ -151,7 +152,11 @@ class PartitionState:
     def changed(self) -> bool:
         """Whether anything changed since the last `delta`."""
         changes = self.changes
-        return any(changes.keys.values()) or bool(changes.sketches or changes.forward or self._arrived)
+        return (
+            any(changes.keys.values())
+            or self.seen.changed
+            or bool(changes.sketches or changes.forward or self._arrived)
+        )
 
     # -- applying events -------------------------------------------------------------------------
 
@@ -168,8 +173,9 @@ class PartitionState:
         """A reaction accepted in this region, for the other regions (with the next entry)."""
         self.changes.forward.append(event)
 
-    def is_first_copy(self, video: str, event_id: str) -> bool:
-        return video + SEP + event_id not in self.seen
+    def is_first_copy(self, fp: int) -> bool:
+        """Whether no copy of the event (its `seen.fingerprint`) was applied within the horizon."""
+        return self.seen.get(fp) is None
 
     def presence(self, event: Event) -> None:
         """A heartbeat or a leave: the newest of each per session, and the video's sessions watching
@@ -251,22 +257,21 @@ class PartitionState:
         for key in keys:
             self._set_beat(key, None)
 
-    def count(self, event: Event, verdict: str, viewer: str, digest: str) -> bool:
+    def count(self, event: Event, verdict: str, viewer: str, digest: str, fp: int | None = None) -> bool:
         """Apply a judged event (`judge.SHORT`, `QUALIFIED`, a rejection field, or `REACTION`) of
-        `viewer` (the user for a reaction; `digest` its `rules.viewer_digest`); False for a copy
-        that changed nothing."""
+        `viewer` (the user for a reaction; `digest` its `rules.viewer_digest`; `fp` its
+        `seen.fingerprint`, made here if not given); False for a copy that changed nothing."""
         event_id = event.event_id
         ingest_ts: int = event.ingest_ts  # type: ignore[assignment]  # decode_record checked it
         bucket = _bucket_of(ingest_ts, self.bucket_ms)
         video = event.video_id
-        marker = video + SEP + event_id
-        seen = self.seen.get(marker)
-        if seen is not None:
-            applied_ts, applied = seen[0], seen[1]
-            if ingest_ts >= applied_ts or applied != verdict:
-                return False  # a later copy, or a copy the bot windows judged otherwise: the first stays
-        self.seen[marker] = (ingest_ts, verdict, rules.viewer_route(digest))
-        self._changed_seen.add(marker)
+        if fp is None:
+            fp = fingerprint(video, event_id)
+        seen = self.seen.get(fp)
+        code = VERDICT_CODE[verdict]
+        if seen is not None and (ingest_ts >= seen[0] or seen[1] != code):
+            return False  # a later copy, or a copy the bot windows judged otherwise: the first stays
+        self.seen.put(fp, ingest_ts, code, rules.viewer_route(digest), video_tag(video))
         was = None if seen is None else _bucket_of(seen[0], self.bucket_ms)
         if verdict == REACTION:
             self._react(
@@ -292,7 +297,7 @@ class PartitionState:
         ingest_ts: int,
         event_id: str,
         bucket: int,
-        seen: tuple[int, str, int] | None,
+        seen: Marker | None,
     ) -> None:
         """A qualified view: of a viewer's views of a video in one window, the first by (ingest_ts,
         event_id) counts, the others are repeats."""
@@ -442,6 +447,9 @@ class PartitionState:
         waited for them, in arrival order (to apply now)."""
         for name, raw in entries.items():
             table, _, key = name.decode().partition(SEP)
+            if table == "seen":  # `seen.ROW` records
+                self.seen.load(raw, changed=True)
+                continue
             value = _as_kept(table, _decoder.decode(raw))
             if table == "beats":
                 self._set_beat(key, value)
@@ -462,10 +470,14 @@ class PartitionState:
         """The changelog entry of the events applied since the last call: each changed entry's new
         value (None: dropped), the sketches' digests and the offset; resets the changes."""
         self._settle()
+        self.seen.trim(self.newest_ingest - self.horizon_ms)  # whole slabs: no scan
         changes, self.changes = self.changes, Changes()
         self._bind_changes()
         entry: dict[str, object] = {"offset": self.offset, "newest": self.newest_ingest}
         for table in TABLES:
+            if table == "seen":
+                entry[table] = self.seen.take_changes()
+                continue
             values = getattr(self, table)
             entry[table] = {key: values.get(key) for key in changes.keys[table]}
         entry["sketches"] = changes.sketches
@@ -480,13 +492,17 @@ class PartitionState:
         entry: dict[str, object] = {"offset": self.offset, "newest": self.newest_ingest, "sketches": {}}
         for table in TABLES:
             entry[table] = getattr(self, table)
+        entry["seen"] = self.seen.rows().tobytes()
         return entry
 
-    def table_copies(self) -> dict[str, dict[str, Any]]:
-        """A shallow copy of every table (after the batch's platform counts are settled): what a
-        snapshot build encodes over the next batches (`speed_layer/snapshot.py`)."""
+    def table_copies(self) -> dict[str, Any]:
+        """A shallow copy of every table (after the batch's platform counts are settled), the
+        markers as `seen.ROW` records: what a snapshot build encodes over the next batches
+        (`speed_layer/snapshot.py`)."""
         self._settle()
-        return {table: dict(getattr(self, table)) for table in TABLES}
+        copies: dict[str, Any] = {table: dict(getattr(self, table)) for table in TABLES if table != "seen"}
+        copies["seen"] = self.seen.rows()
+        return copies
 
     def load(self, entry: Entry) -> None:
         """Upsert a snapshot's or a changelog entry's values (restore); a table without drops is
@@ -494,6 +510,9 @@ class PartitionState:
         self.offset = max(self.offset, entry["offset"])
         self.newest_ingest = max(self.newest_ingest, entry["newest"])
         for table in TABLES:
+            if table == "seen":
+                self.seen.load(entry["seen"])
+                continue
             values = getattr(self, table)
             changed: dict[str, Any] = entry[table]  # type: ignore[literal-required]
             if table == "firsts":
@@ -535,7 +554,7 @@ class PartitionState:
         is, and counts nothing (presence older than the readers' window is not written)."""
         floor = self.newest_ingest - self.horizon_ms
         oldest = _bucket_of(self.newest_ingest, self.bucket_ms) - self.keep_buckets
-        _drop_front(self.seen, floor)
+        self.seen.trim(floor)
         _drop_front(self.windows, floor)
         self.counts = {k: v for k, v in self.counts.items() if int(k.rpartition(SEP)[2]) >= oldest}
         self.platform = {k: v for k, v in self.platform.items() if int(k) >= oldest}

@@ -60,6 +60,8 @@ from speed_layer.partition_store import (
 from speed_layer.records import Record, by_partition, decode_record
 from speed_layer.redis_writer import WriteResult
 from speed_layer.regions import Publish, components_of
+from speed_layer.seen import fingerprint as _fingerprint
+from speed_layer.seen import warm
 from speed_layer.sink import SinkPlan, merged, plan_sink, sink
 from speed_layer.snapshot import SnapshotBuild
 from speed_layer.state import PartitionState
@@ -106,6 +108,7 @@ class StateCounter:
         # The assignment callback and a batch whose records came before it may claim at once: one
         # at a time, or the second would fence the first one's batch in flight.
         self._claiming = asyncio.Lock()
+        warm()
 
     def _part(self, partition: int) -> str:
         return f"{self._settings.events_topic}:{partition}"
@@ -195,17 +198,25 @@ class StateCounter:
                 continue
             state = owned.state
             commit = commits[partition] = Commit(partition, owned.generation, group[0].offset, state.offset)
+            decoded: list[tuple[int, list[Event]]] = []
             for record in group:
                 commit.records += 1
                 if record.offset <= state.offset:
                     commit.skipped += 1
                     continue
                 try:
-                    events = decode_record(record.value)
+                    decoded.append((record.offset, decode_record(record.value)))
                 except PoisonRecord as exc:
                     dead_letters.append((record, exc))
-                    events = []
+                    decoded.append((record.offset, []))
+            # The markers of the group's views and reactions, looked up at once.
+            fps = [_fingerprint(e.video_id, e.event_id) for _, events in decoded for e in events]
+            state.seen.fetch(fps)
+            at = 0
+            for offset, events in decoded:
                 for event in events:
+                    fp = fps[at]
+                    at += 1
                     video = event.video_id
                     per_video[video] = per_video.get(video, 0) + 1
                     home = homes.get(video)
@@ -214,14 +225,14 @@ class StateCounter:
                     if video not in state.imported and home != partition and self._rebuilding:
                         self._take_over_from_home(video, home, partition, event)
                     if video in state.imported or home == partition:
-                        self._apply(state, event, bot_filter, commit)
+                        self._apply(state, event, bot_filter, commit, fp)
                     else:
                         state.hold(event)
                         commit.held += 1
                 if events and (events[-1].ingest_ts or 0) > newest:
                     newest = events[-1].ingest_ts or 0
                 commit.events += len(events)
-                state.offset = record.offset
+                state.offset = offset
             commit.last_offset = state.offset
         now = self._now()
         hot = self.hot.observe(per_video, newest, now) if newest else {}
@@ -315,16 +326,21 @@ class StateCounter:
         commit.chunk, commit.build = Chunk(index, packed(chunk), last), build
         return max(entries, 1)
 
-    def _apply(self, state: PartitionState, event: Any, bot_filter: Any, commit: Commit) -> None:
+    def _apply(
+        self, state: PartitionState, event: Any, bot_filter: Any, commit: Commit, fp: int | None = None
+    ) -> None:
+        """Apply an event (`fp`: its marker's fingerprint, made here if not given)."""
         here = accepted_here(event, self._region)
         state.arrive(event.ingest_ts, here)
         kind = event.type
         if kind == "heartbeat" or kind == "leave":
             state.presence(event)
             return
+        if fp is None:
+            fp = _fingerprint(event.video_id, event.event_id)
         if kind == "view":
             viewer = rules.viewer_of(event)
-            first = state.is_first_copy(event.video_id, event.event_id)
+            first = state.is_first_copy(fp)
             verdict = judge_view(event, viewer, first, self.windows, bot_filter)
         elif kind in rules.REACTION_STATE and event.user_id is not None:
             viewer, verdict = event.user_id, REACTION
@@ -332,7 +348,7 @@ class StateCounter:
                 state.forward(event)
         else:
             return
-        if state.count(event, verdict, viewer, rules.viewer_digest(viewer)):
+        if state.count(event, verdict, viewer, rules.viewer_digest(viewer), fp):
             commit.applied += 1
             if verdict.startswith("rejected:"):
                 commit.rejected[verdict] = commit.rejected.get(verdict, 0) + 1

@@ -11,6 +11,7 @@ from counting import oracle, rules
 from counting.event import Event
 from speed_layer.counter import PRESENCE_KEEP_MS
 from speed_layer.judge import QUALIFIED
+from speed_layer.seen import fingerprint
 from speed_layer.state import NO_ROUTE, SEP, Entry, PartitionState
 
 HOUR = 3_600_000
@@ -48,23 +49,24 @@ def test_a_trim_drops_the_markers_and_windows_past_the_retry_horizon() -> None:
 
     state.trim()
 
-    assert sorted(state.seen) == ["v1" + SEP + "new0"]
+    assert [fp for fp, _ in state.seen.markers()] == [fingerprint("v1", "new0")]
     assert [key.split(SEP)[1] for key in state.windows] == ["b0"]
 
 
-def test_an_old_marker_behind_a_newer_one_goes_once_the_newer_one_does() -> None:
+def test_a_copy_within_the_horizon_changes_nothing_and_one_past_it_counts_again() -> None:
+    """The markers are kept a retry horizon of ingest time: a copy within it is a duplicate; a copy
+    arriving after the marker's slab was dropped counts again (until the batch, which dedupes the
+    whole log)."""
     state = PartitionState(bucket_ms=60_000, retention_ms=48 * HOUR, horizon_ms=HOUR)
-    _count(state, _view("first", "a", T0 + HOUR))
-    _count(state, _view("late", "b", T0))  # set after a newer one: ingested earlier, arrived later
-    _count(state, _view("now", "c", T0 + 2 * HOUR))
+    assert state.count(_view("e1", "a", T0), QUALIFIED, "a", rules.viewer_digest("a"))
+    copy = msgspec.structs.replace(_view("e1", "a", T0), ingest_ts=T0 + HOUR // 2)
+    assert not state.count(copy, QUALIFIED, "a", rules.viewer_digest("a"))
+    _count(state, _view("e2", "b", T0 + 2 * HOUR))
+    state.delta()  # a micro-batch's end trims the markers
 
-    state.trim()
-    kept_a_while = sorted(key.split(SEP)[1] for key in state.seen)
-    _count(state, _view("later", "d", T0 + 3 * HOUR))
-    state.trim()
-
-    assert kept_a_while == ["first", "late", "now"]  # "first" is within the horizon: the scan stops
-    assert sorted(key.split(SEP)[1] for key in state.seen) == ["later", "now"]
+    late = msgspec.structs.replace(_view("e1", "a", T0), ingest_ts=T0 + 2 * HOUR + 1)
+    assert state.seen.get(fingerprint("v1", "e1")) is None
+    assert state.count(late, QUALIFIED, "a", rules.viewer_digest("a"))
 
 
 def _presence(kind: str, n: int, video: str, session: str, ingest_ts: int) -> Event:

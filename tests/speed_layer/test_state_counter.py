@@ -40,7 +40,8 @@ from speed_layer.partition_store import (
 from speed_layer.plan import EXACT_VIEWERS_LIMIT
 from speed_layer.rebuild import rebuild
 from speed_layer.records import Record
-from speed_layer.state import TABLES
+from speed_layer.seen import ROW
+from speed_layer.state import TABLES, PartitionState
 from speed_layer.state_counter import StateCounter
 from tests.speed_layer.helpers import OnRedis, Traffic, no_dead_letters, pack, speed_counts
 
@@ -278,11 +279,17 @@ async def _restored_equals(settings: Settings, aclient: aioredis.Redis, worker: 
     for partition in range(PARTITIONS):
         mine, theirs = worker.owned[partition].state, restored.owned[partition].state
         assert theirs.offset == mine.offset
-        for table in TABLES:
-            assert getattr(theirs, table) == getattr(mine, table), table
+        _same_tables(theirs, mine)
         assert theirs.viewers_of == mine.viewers_of
-        assert all(type(v) is tuple for v in [*theirs.seen.values(), *theirs.windows.values()])
+        assert all(type(v) is tuple for v in theirs.windows.values())
     return restored
+
+
+def _same_tables(theirs: PartitionState, mine: PartitionState) -> None:
+    for table in TABLES:
+        if table != "seen":
+            assert getattr(theirs, table) == getattr(mine, table), table
+    assert sorted(theirs.seen.markers()) == sorted(mine.seen.markers())
 
 
 def _chunks_of(monkeypatch: pytest.MonkeyPatch, entries: int) -> None:
@@ -308,7 +315,8 @@ async def test_a_batch_encodes_snapshot_chunks_of_its_budget_of_entries_at_most(
         for c in commits:
             if c.chunk is not None:
                 chunk = msgspec.msgpack.decode(c.chunk.data)
-                entries += sum(len(chunk[table]) for table in TABLES)
+                entries += len(chunk["seen"]) // ROW.itemsize  # markers: `ROW` records
+                entries += sum(len(chunk[table]) for table in TABLES if table != "seen")
                 chunked.add(c.partition)
         assert entries <= max(25, 2 * events), (entries, events)
         await worker.write(planned)
@@ -396,11 +404,12 @@ async def test_a_snapshot_of_another_layout_is_refused_naming_the_partition(
     await _count(settings, aclient, pack(Traffic(seed=45).mixed(n=600), PARTITIONS))
     chunks = keys.partition_state(settings.events_topic, 0, "chunks")
     stored = msgspec.msgpack.decode(zstandard.ZstdDecompressor().decompress(redis_client.lindex(chunks, 0)))
-    # The first layout (09066bb) kept a marker as [ingest_ts, verdict], without the viewer's route.
-    stored["seen"] = {marker: value[:2] for marker, value in stored["seen"].items()}
+    # The layout before fixed-width markers kept each as video SEP event id -> [ingest_ts, verdict, route].
+    stored["seen"] = {f"v1\x1fe{n}": [n, "v", 0] for n in range(len(stored["seen"]) // 24)}
     redis_client.lset(chunks, 0, msgspec.msgpack.encode(stored))
 
-    with pytest.raises(UnknownLayout, match=r"the snapshot of partition 0 \(chunk 0\).*\$\.seen"):
+    refused = r"the snapshot of partition 0 \(chunk 0\).*\$\.seen.*tally speed rebuild --replace"
+    with pytest.raises(UnknownLayout, match=refused):
         await _worker(settings, aclient)
 
 
@@ -423,8 +432,7 @@ async def test_a_state_stored_plain_by_an_earlier_version_restores(
     for partition in range(PARTITIONS):
         mine, theirs = worker.owned[partition].state, restored.owned[partition].state
         assert theirs.offset == mine.offset
-        for table in TABLES:
-            assert getattr(theirs, table) == getattr(mine, table), table
+        _same_tables(theirs, mine)
 
 
 async def test_a_whole_snapshot_of_an_earlier_version_restores_and_the_next_build_replaces_it(
@@ -443,8 +451,7 @@ async def test_a_whole_snapshot_of_an_earlier_version_restores_and_the_next_buil
     restored = await _worker(settings, aclient)
     for partition in range(PARTITIONS):
         mine, theirs = worker.owned[partition].state, restored.owned[partition].state
-        for table in TABLES:
-            assert getattr(theirs, table) == getattr(mine, table), table
+        _same_tables(theirs, mine)
 
     for start in range(half, len(records), 7):
         await restored.handle(records[start : start + 7])
@@ -456,8 +463,7 @@ async def test_a_whole_snapshot_of_an_earlier_version_restores_and_the_next_buil
     again = await _worker(settings, aclient)
     for partition in range(PARTITIONS):
         mine, theirs = restored.owned[partition].state, again.owned[partition].state
-        for table in TABLES:
-            assert getattr(theirs, table) == getattr(mine, table), table
+        _same_tables(theirs, mine)
 
 
 async def test_a_partitions_old_owner_is_fenced_out(settings: Settings, on_redis: OnRedis) -> None:
