@@ -53,7 +53,7 @@ class Settings(BaseSettings):
     )
     replicator_port: int = Field(default=6090, description="the replicator's /metrics port")
     retry_horizon_ms: int = Field(
-        default=24 * HOUR_MS,
+        default=HOUR_MS,
         gt=0,
         description="how long the worker-state counter remembers an event id (the batch is exact beyond it)",
     )
