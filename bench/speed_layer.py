@@ -15,7 +15,9 @@ and the offset in one Lua write, nothing else, which bounds what any counter of 
 (and the same floor with the markers checked in the worker's memory, an alternative to the design);
 
 first with traffic spread over many videos, then with all traffic on one video. Prints one line of
-JSON and writes bench/results/speed_layer.json.
+JSON and writes bench/results/speed_layer.json; at its top, beside the ratios, the worker-state
+counter's `worker_bytes_per_event` (the resident memory its process added an event timed, uniform
+traffic) and `restore_s` (the longest restore of a partition after the run).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import subprocess
 import sys
@@ -114,6 +117,7 @@ def counter_run(settings: Settings, records: list[tuple[int, bytes, bytes]], eve
         first: float | None = None
         first_done = 0
         cpu_start = (0.0, 0.0)
+        resident_start = 0
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
             values = client.mget(names)
@@ -124,6 +128,7 @@ def counter_run(settings: Settings, records: list[tuple[int, bytes, bytes]], eve
                 first = time.perf_counter()
                 first_done = sum(stored.values())
                 cpu_start = (cpu_seconds(process.pid), redis_cpu_seconds(client))
+                resident_start = resident_bytes(process.pid)
             if all(stored[p] >= ends[p] for p in ends):
                 break
             if process.poll() is not None:
@@ -133,6 +138,7 @@ def counter_run(settings: Settings, records: list[tuple[int, bytes, bytes]], eve
             raise RuntimeError(f"the counter did not finish within 600 s; see {log}")
         seconds = time.perf_counter() - (first or time.perf_counter())
         counter_cpu = cpu_seconds(process.pid) - cpu_start[0]
+        resident = resident_bytes(process.pid) - resident_start
         redis_cpu = redis_cpu_seconds(client) - cpu_start[1]
         memory = int(client.info("memory")["used_memory"]) - memory_before
         commands = client.info("commandstats")
@@ -157,6 +163,9 @@ def counter_run(settings: Settings, records: list[tuple[int, bytes, bytes]], eve
         "counter_cpu_us_per_event": round(counter_cpu / counted * 1e6, 2),
         "redis_cpu_us_per_event": round(redis_cpu / counted * 1e6, 2),
         "redis_bytes_per_event": round(memory / events, 1),
+        # The counter process's resident memory the timed events added (its state, for the
+        # worker-state counter; the markers' slabs grow by doubling, so this moves in steps).
+        "worker_bytes_per_event": round(resident / counted, 1),
         # Where Redis spends them: each command's CPU (a script's commands also count inside the
         # script's own figure) and each kind of key's memory, an event.
         "redis_cpu_us_per_event_by_command": {
@@ -168,6 +177,12 @@ def counter_run(settings: Settings, records: list[tuple[int, bytes, bytes]], eve
             kind: round(size / events, 1) for kind, size in by_kind.items() if size / events >= 0.01
         },
     }
+
+
+def resident_bytes(pid: int) -> int:
+    """A process's resident memory in bytes (Linux's /proc)."""
+    pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE")
 
 
 def memory_by_kind(client: redis.Redis) -> dict[str, int]:
@@ -330,6 +345,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "uniform_worker_state_restore_max_partition_s": figures["uniform"]["worker_state_counter"][
             "restore_max_partition_s"
         ],
+        # The one counter's figures (issue 47): the worker-state counter's, uniform traffic.
+        "worker_bytes_per_event": figures["uniform"]["worker_state_counter"]["worker_bytes_per_event"],
+        "restore_s": figures["uniform"]["worker_state_counter"]["restore_max_partition_s"],
         "one_video_worker_state_ratio": figures["one_video"]["worker_state_ratio"],
         "one_video_worker_state_redis_cpu_us_per_event": figures["one_video"]["worker_state_counter"][
             "redis_cpu_us_per_event"

@@ -159,6 +159,9 @@ def test_the_benchmark_reports_every_figure(tmp_path: Path, monkeypatch: pytest.
         assert figures["ratio"] == round(
             figures["counter"]["events_per_s"] / figures["plain_consumer"]["events_per_s"], 3
         )
+    state = result["scenarios"]["uniform"]["worker_state_counter"]
+    assert result["worker_bytes_per_event"] == state["worker_bytes_per_event"]
+    assert result["restore_s"] == state["restore_max_partition_s"] > 0
     assert json.loads((tmp_path / "speed_layer.json").read_text()) == json.loads(json.dumps(result))
 
 
