@@ -1,7 +1,8 @@
 """The markers of the events one partition applied within the retry horizon: fixed-width rows, never
 Python objects per event (docs/design.md, "Speed layer"; docs/decisions/0007-compact-markers.md).
 
-A marker is keyed by a 64-bit fingerprint of (video, event id) and holds the applied copy's ingest
+A marker is keyed by a 64-bit fingerprint of (video, event id) (Spark's `xxhash64` of the same
+text, so the batch layer can compute it) and holds the applied copy's ingest
 time, its verdict's code (`judge.VERDICT_CODE`), its viewer's route (`rules.viewer_route`) and a
 24-bit tag of its video (what a hot video's hand-off selects by). Rows live in slabs by ingest time
 (a quarter of the horizon each), each an open-addressing index over columns, so a trim drops whole
@@ -15,7 +16,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 from numba import njit
-from xxhash import xxh3_64_intdigest, xxh32_intdigest
+from xxhash import xxh32_intdigest, xxh64_intdigest
 
 ROW = np.dtype([("fp", "<u8"), ("ts", "<i8"), ("route", "<u4"), ("tag", "<u4")])
 _FIRST_CAPACITY = 1 << 10
@@ -27,9 +28,14 @@ _UNFETCHED = object()
 Marker = tuple[int, int, int, int]
 
 
+# Spark's `xxhash64` is XXH64 with this seed: the batch layer gets the same fingerprint as
+# `xxhash64(concat_ws('\x1f', video_id, event_id))` (a signed long there).
+SPARK_SEED = 42
+
+
 def fingerprint(video: str, event_id: str) -> int:
-    """The 64-bit key of an event's marker (XXH3 of the video and the event id)."""
-    return xxh3_64_intdigest(f"{video}\x1f{event_id}".encode())
+    """The 64-bit key of an event's marker: XXH64 of `video \x1f event_id`, as Spark computes it."""
+    return xxh64_intdigest(f"{video}\x1f{event_id}".encode(), seed=SPARK_SEED)
 
 
 def video_tag(video: str) -> int:

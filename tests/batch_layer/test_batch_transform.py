@@ -7,12 +7,14 @@ from typing import Any
 
 import pytest
 from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from batch_layer.totals import daily_video_counts
 from batch_layer.transform import classify, transform
 from counting import bots, rules
 from counting.event import Event
+from speed_layer.seen import fingerprint
 from warehouse.baseline import COUNT_COLUMNS, REJECTED_COLUMNS
 
 pytestmark = pytest.mark.slow
@@ -256,3 +258,12 @@ def test_daily_counts_split_by_event_day(log_frame: LogFrame) -> None:
 
 def _fields(event: Event) -> dict[str, Any]:
     return {f: getattr(event, f) for f in event.__struct_fields__}
+
+
+def test_the_speed_layers_marker_fingerprint_is_sparks_xxhash64_of_the_same_text(spark: SparkSession) -> None:
+    """The speed layer keys its markers by `seen.fingerprint`; Spark computes the same value
+    (a signed long), so the batch layer can join on it."""
+    pairs = [("v1", "e1"), ("video-ü", "3f1c2a9e-1b2c-4d5e-8f90-123456789abc"), ("v", "")]
+    frame = spark.createDataFrame(pairs, "video_id string, event_id string")
+    found = frame.select(F.xxhash64(F.concat_ws("\x1f", "video_id", "event_id"))).collect()
+    assert [row[0] % (1 << 64) for row in found] == [fingerprint(v, e) for v, e in pairs]
