@@ -1,14 +1,13 @@
 """The markers of the events one partition applied within the retry horizon: fixed-width rows, never
 Python objects per event (docs/design.md, "Speed layer"; docs/decisions/0007-compact-markers.md).
 
-A marker is keyed by a 64-bit fingerprint of (video, event id) (Spark's `xxhash64` of the same
-text, so the batch layer can compute it) and holds the applied copy's ingest
-time, its verdict's code (`judge.VERDICT_CODE`), its viewer's route (`rules.viewer_route`) and a
-24-bit tag of its video (what a hot video's hand-off selects by). Rows live in slabs by ingest time
-(a quarter of the horizon each), each an open-addressing index over columns, so a trim drops whole
-slabs and never scans. A micro-batch is looked up at once (`fetch`: one compiled probe a slab) and
-its markers written at once (`flush`); a changelog entry, a snapshot or a hand-off carries them as
-`ROW` records (24 bytes)."""
+A marker is keyed by a 64-bit fingerprint of (video, event id), which Spark's `xxhash64` computes
+too, and holds the applied copy's ingest time, its verdict's code (`judge.VERDICT_CODE`), its
+viewer's route (`rules.viewer_route`) and a 24-bit tag of its video (what a hot video's hand-off
+selects by). Rows live in slabs by ingest time (a quarter of the horizon each), each an
+open-addressing index over columns, so a trim drops whole slabs and never scans. A micro-batch is
+looked up at once (`fetch`: one compiled probe a slab) and its markers written at once (`flush`); a
+changelog entry, a snapshot or a hand-off carries them as `ROW` records (24 bytes)."""
 
 from __future__ import annotations
 
