@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Annotated
 
@@ -12,7 +11,7 @@ from rich.console import Console
 
 from counting.errors import TallyError
 from counting.settings import Settings
-from tally.commands.common import DataDir, clear_errors, console, settings_of
+from tally.commands.common import DataDir, clear_errors, console, print_json, settings_of
 
 batch_app = typer.Typer(help="Batch layer runs.", no_args_is_help=True)
 milestones_app = typer.Typer(help="Videos reaching view-count steps, announced once.", no_args_is_help=True)
@@ -106,7 +105,7 @@ def batch_run(
     errors.print(
         f"batch: run {done.result.run_id} {state} in {display.total():.1f} s", markup=False, highlight=False
     )
-    console.print_json(json.dumps(answer, default=str))
+    print_json(answer)
 
 
 @batch_app.command("quarantine")
@@ -123,7 +122,7 @@ def batch_quarantine(
     from quality.quarantine import quarantine
 
     record = quarantine(settings_of(data_dir), file, reason)
-    console.print_json(json.dumps(record.__dict__, default=str))
+    print_json(record.__dict__)
 
 
 @batch_app.command("release")
@@ -138,7 +137,7 @@ def batch_release(
     from quality.quarantine import release
 
     record = release(settings_of(data_dir), file, reason)
-    console.print_json(json.dumps(record.__dict__, default=str))
+    print_json(record.__dict__)
 
 
 @batch_app.command("quarantined")
@@ -155,7 +154,7 @@ def batch_quarantined(
     migrate(settings.store_url)
     with open_store(settings.store_url) as store:
         rows = [q.__dict__ for q in quarantined_files(store, active_only=not released).values()]
-    console.print_json(json.dumps(rows, default=str))
+    print_json(rows)
 
 
 def _announce_milestones(settings: Settings, warn: Callable[[str], None]) -> list[str] | None:
@@ -186,7 +185,7 @@ def milestones_announce(data_dir: DataDir = None) -> None:
     and deliver the due webhooks (the DAG and 'tally batch run' do it after each publish)."""
     from tally.milestones import announce
 
-    console.print_json(json.dumps(announce(settings_of(data_dir)).__dict__))
+    print_json(announce(settings_of(data_dir)).__dict__)
 
 
 @milestones_app.command("list")
@@ -204,7 +203,7 @@ def milestones_list(
     migrate(settings.store_url)
     with open_store(settings.store_url) as store:
         rows = [m.__dict__ for m in milestones_of(store, video)]
-    console.print_json(json.dumps(rows, default=str))
+    print_json(rows)
 
 
 @audit_app.command("payout")

@@ -4,7 +4,9 @@ option and the one-line error."""
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable, Sequence
+from datetime import date
 from pathlib import Path
 from typing import Annotated, ParamSpec, Protocol, TypeVar
 
@@ -55,6 +57,15 @@ def settings_of(data_dir: Path | None = None, **overrides: object) -> Settings:
     if data_dir is not None:
         updates["data_dir"] = data_dir
     return with_local_secrets(Settings(**updates))  # type: ignore[arg-type]
+
+
+def print_json(value: object) -> None:
+    """Print `value` as JSON, its times in ISO 8601 (`2026-11-28T00:00:00+00:00`)."""
+    console.print_json(json.dumps(value, default=_plain))
+
+
+def _plain(value: object) -> str:
+    return value.isoformat() if isinstance(value, date) else str(value)
 
 
 def say(text: str) -> None:

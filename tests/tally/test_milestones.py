@@ -19,11 +19,13 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from typer.testing import CliRunner
 
 from counting import oracle
 from counting.event import Event
 from counting.settings import Settings, settings_env
 from serving_layer.app import create_app
+from tally.cli import app
 from tally.milestones import ID_HEADER, SIGNATURE_HEADER, announce, in_topic
 from tally.topics import milestones_dead_letter_topic
 from tests.serving_layer.conftest import Events, _burst
@@ -56,7 +58,7 @@ def _expected(events: list[Event], cutoffs: list[int], steps: list[int]) -> list
 
 
 def test_a_step_is_announced_once_and_only_from_a_published_baseline(
-    ms_settings: Settings, tally: Writers, redis_client: object
+    ms_settings: Settings, tally: Writers, redis_client: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = ms_settings
     e = Events(settings.bucket_ms, prefix="ms")
@@ -95,6 +97,15 @@ def test_a_step_is_announced_once_and_only_from_a_published_baseline(
             (20, True, "off"),
         ]
         assert api.get("/v1/videos/burst/milestones").json()["milestones"] == []
+    for name, value in settings_env(settings).items():  # the command reads the settings as a user's shell
+        monkeypatch.setenv(name, value)
+    listed = CliRunner().invoke(app, ["milestones", "list", "--video", "a"])
+    assert listed.exit_code == 0, listed.output
+    rows = json.loads(listed.output)
+    assert [(r["step"], r["webhook_state"]) for r in rows] == [(5, "off"), (10, "off"), (20, "off")]
+    for row in rows:  # times in ISO 8601, as the API gives them
+        assert "T" in row["recorded_at"] and "T" in row["announced_at"], row
+        assert datetime.fromisoformat(row["announced_at"]).utcoffset() == timedelta(0)
 
 
 def test_killed_announcers_neither_send_a_milestone_twice_nor_miss_one(
