@@ -28,7 +28,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.machine import machine
+from bench.machine import machine, resident_bytes
 from bench.report import report
 from tally.services import free_port, start_broker
 
@@ -36,7 +36,6 @@ RESULTS = Path(__file__).parent / "results"
 TOPIC = "bench-broker"
 PARTITIONS = 4
 TICKS = os.sysconf("SC_CLK_TCK")
-PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 # How long the reader may take, once the last message is sent, to read the rest.
 CATCH_UP_S = 60.0
 
@@ -45,10 +44,6 @@ def cpu_seconds(pid: int) -> float:
     """User and system CPU the process has used (/proc/PID/stat)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS
-
-
-def resident_bytes(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE_BYTES
 
 
 class Reader(threading.Thread):

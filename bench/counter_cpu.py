@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.machine import machine
+from bench.machine import machine, resident_bytes
 from bench.report import report
 from bench.speed_traffic import generate, pack
 from counting import rules
@@ -49,7 +49,6 @@ RESULTS = Path(__file__).parent / "results"
 WAYS = ("as_is", "tuned")
 PARTITIONS = 4
 VIDEOS = 2_000
-PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 
 class _Passes:
@@ -106,7 +105,7 @@ async def one_run(way: str, redis_url: str, events: int, batch_records: int) -> 
     gc.callbacks.append(passes)
     planning = writing = 0.0
     per_batch: list[float] = []  # each batch's planning: the loop's pause (a snapshot's chunk, too)
-    before = _resident()
+    before = resident_bytes(os.getpid())
     for start in range(0, len(records), batch_records):
         began = time.process_time()
         batch = counter.plan(records[start : start + batch_records])
@@ -116,7 +115,7 @@ async def one_run(way: str, redis_url: str, events: int, batch_records: int) -> 
         per_batch.append(planned - began)
         writing += time.process_time() - planned
     gc.callbacks.remove(passes)
-    held = _resident() - before
+    held = resident_bytes(os.getpid()) - before
     copies = max(_copies_bytes(owned.state) for owned in counter.owned.values())
     now_bucket = rules.bucket_of(int(time.time() * 1000), settings.bucket_ms)
     counted = await platform_counts(client, now_bucket - 200, now_bucket + 1)
@@ -139,12 +138,6 @@ def _copies_bytes(state: PartitionState) -> int:
     """What the shallow copies of a partition's tables, which a snapshot's build starts with, hold
     beside the state: the dicts themselves (their keys and values are the state's)."""
     return sum(sys.getsizeof(table) for table in state.table_copies().values())
-
-
-def _resident() -> int:
-    """This process's resident memory in bytes (Linux's /proc)."""
-    pages = int(Path("/proc/self/statm").read_text().split()[1])
-    return pages * PAGE_BYTES
 
 
 def _quantile(samples: list[float], q: float) -> float:

@@ -29,6 +29,11 @@ def cpu_model() -> str:
     return platform.processor()
 
 
+def resident_bytes(pid: int) -> int:
+    """A process's resident memory in bytes (Linux /proc)."""
+    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time a process has used so far (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

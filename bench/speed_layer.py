@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import re
 import subprocess
 import sys
@@ -41,7 +40,7 @@ import redis
 import redis.asyncio as aioredis
 from confluent_kafka import Consumer, TopicPartition
 
-from bench.machine import cpu_seconds, machine
+from bench.machine import cpu_seconds, machine, resident_bytes
 from bench.speed_floor import MARKER_PLACES, consumer_config, exactly_once_floor, polls, redis_cpu_seconds
 from bench.speed_traffic import fill, generate, pack
 from counting import keys
@@ -177,12 +176,6 @@ def counter_run(settings: Settings, records: list[tuple[int, bytes, bytes]], eve
             kind: round(size / events, 1) for kind, size in by_kind.items() if size / events >= 0.01
         },
     }
-
-
-def resident_bytes(pid: int) -> int:
-    """A process's resident memory in bytes (Linux's /proc)."""
-    pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
-    return pages * os.sysconf("SC_PAGE_SIZE")
 
 
 def memory_by_kind(client: redis.Redis) -> dict[str, int]:

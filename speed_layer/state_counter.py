@@ -73,6 +73,7 @@ _encoder = msgspec.msgpack.Encoder()
 # A snapshot build begins once the changelog entries since the last one weigh more than it (and at
 # least this much): restore reads at most about twice the state.
 MIN_LOG_BYTES = 1 << 20
+_PRESENCE = frozenset({"heartbeat", "leave"})
 
 
 class StateCounter:
@@ -209,9 +210,13 @@ class StateCounter:
                 except PoisonRecord as exc:
                     dead_letters.append((record, exc))
                     decoded.append((record.offset, []))
-            # The markers of the group's views and reactions, looked up at once.
-            fps = [_fingerprint(e.video_id, e.event_id) for _, events in decoded for e in events]
-            state.seen.fetch(fps)
+            # The markers of the group's views and reactions, looked up at once (presence has none).
+            fps = [
+                0 if e.type in _PRESENCE else _fingerprint(e.video_id, e.event_id)
+                for _, events in decoded
+                for e in events
+            ]
+            state.seen.fetch([fp for fp in fps if fp])
             at = 0
             for offset, events in decoded:
                 for event in events:
