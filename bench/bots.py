@@ -55,9 +55,9 @@ from counting.event import Event, parse_event, stamped
 from counting.settings import Settings
 from counting.traffic import BOT_KINDS, HUMAN, TrafficConfig, generate
 from speed_layer.archiver import ParquetLog
-from speed_layer.counter_worker import CounterWorker
 from speed_layer.deadletter import DeadLetter
 from speed_layer.records import Record
+from speed_layer.state_counter import StateCounter
 from tally.speedview import speed_totals
 from warehouse.explanations import FLAGGED
 
@@ -125,7 +125,7 @@ async def count(settings: Settings, records: list[Record], chunk: int = CHUNK_RE
         run.dead_letters.append(letter)
 
     try:
-        worker = CounterWorker(settings, client, dead_letter)
+        worker = StateCounter(settings, client, dead_letter)
         await worker.claim(settings.events_topic, list(range(settings.topic_partitions)))
         for start in range(0, len(records), chunk):
             report = await worker.handle(records[start : start + chunk])

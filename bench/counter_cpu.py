@@ -88,7 +88,6 @@ async def one_run(way: str, redis_url: str, events: int, batch_records: int) -> 
         topic_partitions=PARTITIONS,
         bucket_ms=60_000,
         events_topic="bench",
-        counter_state="worker",
     )
     client = async_client(settings)
     await client.flushdb()

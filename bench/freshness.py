@@ -162,8 +162,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         settings = with_local_secrets(settings)  # the collector key the stack's ingest API checks
         if args.redis_cluster:
             cluster, _ = start_cluster(settings, free_first_port())
-            update = {"redis_url": cluster.url, "redis_cluster": True, "counter_state": "worker"}
-            settings = settings.model_copy(update=update)
+            settings = settings.model_copy(update={"redis_url": cluster.url, "redis_cluster": True})
         print("starting the stack", file=sys.stderr)
         try:
             stack = start_stack(settings, reset=True)
@@ -199,7 +198,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     latencies = [latency for _, latency in tracers]
     result = {
         "benchmark": "freshness",
-        "counter_state": settings.counter_state,
         "redis_cluster": settings.redis_cluster,
         "rate_target": args.rate,
         "rate_achieved": round(sent.value / max(elapsed, 1e-9)),

@@ -100,7 +100,6 @@ def _regions(count: int, root: Path) -> list[Region]:
             bucket_ms=2_000,
             delivery_timeout_ms=1_000,
             log_root=root / "log",
-            counter_state="worker",
             region=name,
             region_peers=peers,
         )

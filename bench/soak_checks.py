@@ -44,15 +44,8 @@ def _log_rows(settings: Settings) -> Counter[tuple[str, int]]:
 
 
 def _markers(rig: Rig) -> int:
-    """Event ids the counter has applied: the fields of every event-marker hash (the Redis-state
-    counter), or the ids its partitions' committed states hold (the state counter)."""
-    if rig.settings.counter_state == "worker":
-        return asyncio.run(_seen_in_committed_states(rig.settings))
-    total = 0
-    with rig.client() as client:
-        for key in client.scan_iter(match=f"{keys.PREFIX}:*:e:*", count=1_000):
-            total += int(client.hlen(key))
-    return total
+    """Event ids the counter has applied: the markers its partitions' committed states hold."""
+    return asyncio.run(_seen_in_committed_states(rig.settings))
 
 
 async def _seen_in_committed_states(settings: Settings) -> int:

@@ -63,8 +63,7 @@ class Rig:
     def stored_offsets(self) -> dict[int, int]:
         """The last offset of each partition whose counts are in Redis (the counter's own record)."""
         settings = self.settings
-        topic, state = settings.events_topic, settings.counter_state
-        names = [keys.counter_offset(topic, p, state) for p in range(settings.topic_partitions)]
+        names = [keys.counter_offset(settings.events_topic, p) for p in range(settings.topic_partitions)]
         with self.client() as client:
             values: list[bytes | None] = client.mget(names)
         return {p: int(v) for p, v in enumerate(values) if v is not None}

@@ -7,17 +7,16 @@ per partition, hot videos keyed `video_id#k`), then measures in the same run:
 
 (a) a plain confluent-kafka consumer that reads the records and decodes their events, nothing else;
 (b) the Tally counter (`python -m speed_layer counter`, one worker process) from the same topic into
-    Redis, with dedup, bot scoring, sketches, trending and the exactly-once offsets on: `counter`
-    is the Redis-state counter (TALLY_COUNTER_STATE=redis, the default), `worker_state_counter`
-    the one with its state in the worker (TALLY_COUNTER_STATE=worker);
+    its partition state and Redis's read keys, with dedup, bot scoring, sketches, trending and the
+    exactly-once commits on;
 and, between them, the exactly-once floor (`bench.speed_floor`): decode, one dedup marker an event
 and the offset in one Lua write, nothing else, which bounds what any counter of this design reaches
 (and the same floor with the markers checked in the worker's memory, an alternative to the design);
 
 first with traffic spread over many videos, then with all traffic on one video. Prints one line of
-JSON and writes bench/results/speed_layer.json; at its top, beside the ratios, the worker-state
-counter's `worker_bytes_per_event` (the resident memory its process added an event timed, uniform
-traffic) and `restore_s` (the longest restore of a partition after the run).
+JSON and writes bench/results/speed_layer.json; at its top, beside the ratios, the counter's
+`worker_bytes_per_event` (the resident memory its process added an event timed, uniform traffic)
+and `restore_s` (the longest restore of a partition after the run).
 """
 
 from __future__ import annotations
@@ -94,7 +93,7 @@ def counter_run(settings: Settings, records: list[tuple[int, bytes, bytes]], eve
     Besides wall time it reports the CPU time the counter process and Redis spent per event over
     the same span: on a shared 2-core machine that figure moves less than the wall-clock rate."""
     client = redis.Redis.from_url(settings.redis_url)
-    group = f"bench-{settings.counter_state}-{settings.events_topic}"
+    group = f"bench-{settings.events_topic}"
     ends: dict[int, int] = {}
     for partition, _, _ in records:
         ends[partition] = ends.get(partition, 0) + 1
@@ -102,7 +101,7 @@ def counter_run(settings: Settings, records: list[tuple[int, bytes, bytes]], eve
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "wb") as handle:
         process = subprocess.Popen(
-            # A consumer group of its own per counter state: each run reads the topic from its start.
+            # A consumer group of its own: the run reads the topic from its start.
             [sys.executable, "-m", "speed_layer", "counter", "--loglevel", "WARNING", "--group", group],
             cwd=ROOT,
             env=settings_env(settings),
@@ -110,7 +109,7 @@ def counter_run(settings: Settings, records: list[tuple[int, bytes, bytes]], eve
             stderr=subprocess.STDOUT,
         )
     try:
-        names = [keys.counter_offset(settings.events_topic, p, settings.counter_state) for p in sorted(ends)]
+        names = [keys.counter_offset(settings.events_topic, p) for p in sorted(ends)]
         client.config_resetstat()  # the commands' figures below are this run's
         memory_before = int(client.info("memory")["used_memory"])
         first: float | None = None
@@ -152,9 +151,8 @@ def counter_run(settings: Settings, records: list[tuple[int, bytes, bytes]], eve
         )
     share = 1 - first_done / len(records)
     counted = events * share
-    restored = restore_seconds(settings, sorted(ends)) if settings.counter_state == "worker" else {}
     return {
-        **restored,
+        **restore_seconds(settings, sorted(ends)),
         "events": events,
         "timed_events": round(counted),
         "seconds": round(seconds, 3),
@@ -163,7 +161,7 @@ def counter_run(settings: Settings, records: list[tuple[int, bytes, bytes]], eve
         "redis_cpu_us_per_event": round(redis_cpu / counted * 1e6, 2),
         "redis_bytes_per_event": round(memory / events, 1),
         # The counter process's resident memory the timed events added (its state, for the
-        # worker-state counter; the markers' slabs grow by doubling, so this moves in steps).
+        # counter; the markers' slabs grow by doubling, so this moves in steps).
         "worker_bytes_per_event": round(resident / counted, 1),
         # Where Redis spends them: each command's CPU (a script's commands also count inside the
         # script's own figure) and each kind of key's memory, an event.
@@ -189,7 +187,7 @@ def memory_by_kind(client: redis.Redis) -> dict[str, int]:
 
 
 def restore_seconds(settings: Settings, partitions: list[int]) -> dict[str, float]:
-    """How long a new owner of the worker-state counter takes to restore each partition's state from
+    """How long a new owner of the counter takes to restore each partition's state from
     its snapshot and changelog in Redis (read and decode, as `StateCounter.claim` does)."""
     client = aioredis.Redis.from_url(settings.redis_url)
     store = PartitionStore(client, settings.events_topic)
@@ -251,17 +249,14 @@ def _scenario(
             partial(exactly_once_floor, bootstrap, topic, partitions, count, settings.redis_url, place),
         )
     _empty_redis(settings.redis_url)  # the counter starts from an empty Redis, as the floors did
-    print(f"[{name}] counter", file=sys.stderr)
-    counter = counter_run(settings.model_copy(update={"counter_state": "redis"}), records, len(events))
-    _empty_redis(settings.redis_url)
     # The traffic starts sharded: as if each hot video's home had handed its viewers over already
     # (nothing to move), so its shards count from the first record (speed_layer/handoff.py).
     client = redis.Redis.from_url(settings.redis_url)
     for video in shards:
         client.set(keys.handoff_closed(video), "1")
     client.close()
-    print(f"[{name}] counter with its state in the worker", file=sys.stderr)
-    state = counter_run(settings.model_copy(update={"counter_state": "worker"}), records, len(events))
+    print(f"[{name}] counter", file=sys.stderr)
+    counter = counter_run(settings, records, len(events))
     return {
         "records": len(records),
         "events_per_record": round(len(events) / len(records), 1),
@@ -272,8 +267,6 @@ def _scenario(
         "floor_markers_in_memory_ratio": round(floors["memory"]["events_per_s"] / plain["events_per_s"], 3),
         "counter": counter,
         "ratio": round(counter["events_per_s"] / plain["events_per_s"], 3),
-        "worker_state_counter": state,
-        "worker_state_ratio": round(state["events_per_s"] / plain["events_per_s"], 3),
     }
 
 
@@ -328,23 +321,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "uniform_floor_redis_cpu_us_per_event": figures["uniform"]["floor"]["redis_cpu_us_per_event"],
         "uniform_floor_markers_in_memory_ratio": figures["uniform"]["floor_markers_in_memory_ratio"],
         "uniform_redis_bytes_per_event": figures["uniform"]["counter"]["redis_bytes_per_event"],
-        "uniform_worker_state_ratio": figures["uniform"]["worker_state_ratio"],
-        "uniform_worker_state_redis_cpu_us_per_event": figures["uniform"]["worker_state_counter"][
-            "redis_cpu_us_per_event"
-        ],
-        "uniform_worker_state_redis_bytes_per_event": figures["uniform"]["worker_state_counter"][
-            "redis_bytes_per_event"
-        ],
-        "uniform_worker_state_restore_max_partition_s": figures["uniform"]["worker_state_counter"][
-            "restore_max_partition_s"
-        ],
-        # The one counter's figures (issue 47): the worker-state counter's, uniform traffic.
-        "worker_bytes_per_event": figures["uniform"]["worker_state_counter"]["worker_bytes_per_event"],
-        "restore_s": figures["uniform"]["worker_state_counter"]["restore_max_partition_s"],
-        "one_video_worker_state_ratio": figures["one_video"]["worker_state_ratio"],
-        "one_video_worker_state_redis_cpu_us_per_event": figures["one_video"]["worker_state_counter"][
-            "redis_cpu_us_per_event"
-        ],
+        "worker_bytes_per_event": figures["uniform"]["counter"]["worker_bytes_per_event"],
+        "restore_s": figures["uniform"]["counter"]["restore_max_partition_s"],
+        "one_video_redis_cpu_us_per_event": figures["one_video"]["counter"]["redis_cpu_us_per_event"],
         "one_video_counter_events_per_s": o,
         "one_video_plain_events_per_s": figures["one_video"]["plain_consumer"]["events_per_s"],
         "one_video_ratio": figures["one_video"]["ratio"],

@@ -20,18 +20,6 @@ def buckets_index(video_id: str) -> str:
     return f"{PREFIX}:{video_tag(video_id)}:buckets"
 
 
-def event_markers(video_id: str, day: int) -> str:
-    """Hash event_id -> `ingest_ts[|what]` of the applied copy of a video's events whose event time
-    falls in `day`: a retry (same id, same ts) finds its id there."""
-    return f"{PREFIX}:{video_tag(video_id)}:e:{day}"
-
-
-def window_viewers(video_id: str, window: int) -> str:
-    """Hash viewer -> `ingest_ts|event_id` of the counted view of each viewer of a video in a
-    30-minute window."""
-    return f"{PREFIX}:{video_tag(video_id)}:w:{window}"
-
-
 def viewers(video_id: str) -> str:
     """The viewers counted for a video: a hash of viewer digests to the first bucket each counted in
     below the exact limit, then a HyperLogLog of them."""
@@ -40,7 +28,7 @@ def viewers(video_id: str) -> str:
 
 def reactions(video_id: str) -> str:
     """Hash user_id -> the reactions that decide the user's state in some bucket, as the counter
-    keeps them (`values.decode_history`; written by `speed_layer/write.lua`)."""
+    keeps them (`values.decode_history`; written by `speed_layer/sink.py`)."""
     return f"{PREFIX}:{video_tag(video_id)}:reactions"
 
 
@@ -50,48 +38,22 @@ def user_reactions(video_id: str) -> str:
     return f"{PREFIX}:{video_tag(video_id)}:user-reactions"
 
 
-def presence(video_id: str) -> str:
-    """Sorted set session_id -> time of its last heartbeat (ms): the Redis-state counter's presence."""
-    return f"{PREFIX}:{video_tag(video_id)}:presence"
-
-
 def watching(video_id: str) -> str:
     """Hash partition -> msgpack [second, sessions, second, sessions, ...] (newest second first): per
     second of ingestion time, the sessions of that partition whose newest heartbeat lies in it and
-    that have not left since; the state counter's presence (readers sum it with `presence`)."""
+    that have not left since (readers sum the partitions' parts)."""
     return f"{PREFIX}:{video_tag(video_id)}:watching"
 
 
-def presence_left(video_id: str) -> str:
-    """Sorted set session_id -> time (ms) of its last `leave`: a heartbeat ingested no later is
-    not watching any more, whatever order the counter applies them in."""
-    return f"{PREFIX}:{video_tag(video_id)}:presence-left"
+def counter_offset(topic: str, partition: int) -> str:
+    """The last offset of a partition whose counts the read keys hold (`partition_state`'s `sunk`):
+    the counter commits a batch before it writes the batch's counts, so it follows the committed one."""
+    return partition_state(topic, partition, "sunk")
 
 
-def partition_offset(topic: str, partition: int) -> str:
-    """The last offset of a partition whose increments are in Redis (exactly-once bookkeeping)."""
-    return f"{PREFIX}:offsets:{topic}:{partition}"
-
-
-def partition_owner(topic: str, partition: int) -> str:
-    """The generation of the counter that owns a partition now (raised on every assignment)."""
-    return f"{PREFIX}:offsets:{topic}:{partition}:owner"
-
-
-def counter_offset(topic: str, partition: int, counter_state: str = "redis") -> str:
-    """Where the counter keeps the last offset of a partition whose counts the read keys hold, by
-    where it keeps its state (`Settings.counter_state`): the state counter commits a batch before it
-    writes the batch's counts, so its served offset (`sunk`) follows the committed one."""
-    if counter_state == "worker":
-        return partition_state(topic, partition, "sunk")
-    return partition_offset(topic, partition)
-
-
-def counter_owner(topic: str, partition: int, counter_state: str = "redis") -> str:
-    """Where the counter keeps the owner generation of a partition (`counter_offset`'s twin)."""
-    if counter_state == "worker":
-        return partition_state(topic, partition, "owner")
-    return partition_owner(topic, partition)
+def counter_owner(topic: str, partition: int) -> str:
+    """The owner generation of a partition (`partition_state`'s `owner`)."""
+    return partition_state(topic, partition, "owner")
 
 
 def archiver_watermark() -> str:
@@ -165,8 +127,8 @@ def viewers_sketch(video_id: str, bucket: int) -> str:
 
 
 def shards(video_id: str) -> str:
-    """The shard plan of a hot video (`values.ShardPlan`; absent: 1 shard). The Redis-state counter
-    keeps a bare count that only grows while the video is hot; the state counter sets a plan once."""
+    """The shard plan of a hot video (`values.ShardPlan`; absent: 1 shard), set once by the counter of
+    the video's home partition."""
     return f"{PREFIX}:{video_tag(video_id)}:shards"
 
 

@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -31,10 +31,6 @@ class Settings(BaseSettings):
     data_dir: Path = Field(default=Path("data"), description="root of the log, baselines and stores")
     bucket_ms: int = Field(default=HOUR_MS, gt=0, description="speed-layer bucket width")
     retention_ms: int = Field(default=3 * 24 * HOUR_MS, gt=0, description="speed bucket lifetime")
-    counter_state: Literal["redis", "worker"] = Field(
-        default="redis",
-        description="where the counter keeps its state: 'redis' (write.lua) or 'worker' (partition memory)",
-    )
     region: str = Field(
         default="local",
         description="this region's name (decision 0006): its components and log rows carry it",
@@ -55,7 +51,7 @@ class Settings(BaseSettings):
     retry_horizon_ms: int = Field(
         default=HOUR_MS,
         gt=0,
-        description="how long the worker-state counter remembers an event id (the batch is exact beyond it)",
+        description="how long the counter remembers an event id (the batch is exact beyond it)",
     )
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_cluster: bool = Field(
@@ -169,11 +165,7 @@ class Settings(BaseSettings):
     @field_validator("region_peers")
     @classmethod
     def _peers_are_regions(cls, value: str, info: ValidationInfo) -> str:
-        if parse_peers(value, info.data.get("region", "")) and info.data.get("counter_state") != "worker":
-            raise ValueError(
-                "TALLY_REGION_PEERS needs the counter's state in the worker (its components cross "
-                "regions): set TALLY_COUNTER_STATE=worker too"
-            )
+        parse_peers(value, info.data.get("region", ""))
         return value
 
     @property
@@ -273,19 +265,6 @@ def parse_spark_conf(value: object) -> dict[str, str]:
                 f"{item!r}); {should}"
             )
     return dict(value)
-
-
-def check_counter(settings: Settings) -> None:
-    """Raise InvalidSetting when the counter cannot run with the settings: the Redis-state counter
-    (`counter_state=redis`) runs scripts over keys of many slots, which a Redis Cluster refuses at
-    the first batch; refused at start instead."""
-    if settings.redis_cluster and settings.counter_state == "redis":
-        raise InvalidSetting(
-            "TALLY_REDIS_CLUSTER=1 with TALLY_COUNTER_STATE=redis: the Redis-state counter cannot run on "
-            "a Redis Cluster (its scripts touch keys of many slots); set TALLY_COUNTER_STATE=worker "
-            "(the counter's state in the worker, one slot a partition), or point TALLY_REDIS_URL at a "
-            "single Redis"
-        )
 
 
 def check_secrets(settings: Settings, names: tuple[str, ...] = SECRETS) -> None:

@@ -246,7 +246,7 @@ async def _consumer_lag(redis: Redis, settings: Settings, ends: dict[int, int] |
     partitions = sorted(ends) if ends is not None else list(range(settings.topic_partitions))
     async with redis.pipeline(transaction=False) as pipe:  # GETs, not MGET: one slot per partition
         for partition in partitions:
-            pipe.get(keys.counter_offset(topic, partition, settings.counter_state))
+            pipe.get(keys.counter_offset(topic, partition))
         stored = await pipe.execute()
     rows = []
     for partition, raw in zip(partitions, stored, strict=True):

@@ -59,10 +59,9 @@ _PLAIN = {
     "repeat_views": "repeat_views",
 }
 
-# A video's whole speed side in one read-only script. KEYS: its buckets index, presence (the
-# Redis-state counter's sessions), viewers and watching (the state counter's sessions by second, a
-# part per partition, newest second first); ARGV: the first bucket, the start (ms) of the first second
-# still watching (`rules.watching_from`), the prefix of its bucket-counts keys, that second, and "1"
+# A video's whole speed side in one read-only script. KEYS: its buckets index, viewers and watching
+# (its sessions by second, a part per partition, newest second first); ARGV: the first bucket, the
+# prefix of its bucket-counts keys, the first second still watching (`rules.watching_from`), and "1"
 # to read the buckets before the first too. Every key it reads carries the video's hash tag, so the
 # script stays in one Redis Cluster slot. Answers [buckets, watching, sketched, estimate, views
 # before, judged before, field, sum, field, sum, ...]: each field of the bucket hashes summed over
@@ -71,9 +70,9 @@ _PLAIN = {
 # repeated, rejected).
 _READ_LUA = """
 local buckets = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[1], '+inf')
-local watching = redis.call('ZCOUNT', KEYS[2], ARGV[2], '+inf')
-local from = tonumber(ARGV[4])
-for _, part in ipairs(redis.call('HVALS', KEYS[4])) do
+local watching = 0
+local from = tonumber(ARGV[3])
+for _, part in ipairs(redis.call('HVALS', KEYS[3])) do
   local seconds = cmsgpack.unpack(part)
   for i = 1, #seconds, 2 do
     if seconds[i] < from then break end
@@ -81,13 +80,13 @@ for _, part in ipairs(redis.call('HVALS', KEYS[4])) do
   end
 end
 local answer = {#buckets, watching, 0, 0, 0, 0}
-if redis.call('TYPE', KEYS[3]).ok == 'string' then
+if redis.call('TYPE', KEYS[2]).ok == 'string' then
   answer[3] = 1
-  answer[4] = redis.call('PFCOUNT', KEYS[3])
+  answer[4] = redis.call('PFCOUNT', KEYS[2])
 end
-if ARGV[5] == '1' then
+if ARGV[4] == '1' then
   for _, bucket in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[1])) do
-    local flat = redis.call('HGETALL', ARGV[3] .. string.format('%d', tonumber(bucket)))
+    local flat = redis.call('HGETALL', ARGV[2] .. string.format('%d', tonumber(bucket)))
     for i = 1, #flat, 2 do
       local name = flat[i]
       if name == 'views' then answer[5] = answer[5] + tonumber(flat[i + 1]) end
@@ -100,7 +99,7 @@ if ARGV[5] == '1' then
 end
 local sums, names = {}, {}
 for _, bucket in ipairs(buckets) do
-  local flat = redis.call('HGETALL', ARGV[3] .. string.format('%d', tonumber(bucket)))
+  local flat = redis.call('HGETALL', ARGV[2] .. string.format('%d', tonumber(bucket)))
   for i = 1, #flat, 2 do
     local name = flat[i]
     if sums[name] == nil then
@@ -140,15 +139,19 @@ async def read_video(
     regions, `g_uniques` (a viewer of two regions counted once, `sink.lua`). `before`: also the
     views of the buckets before `from_bucket` still in Redis (`SpeedCounts.before`)."""
     first_second = rules.watching_from(now_ms)
-    args: list[str | int] = [keys.buckets_index(video_id), keys.presence(video_id), keys.viewers(video_id)]
-    args += [keys.watching(video_id), from_bucket, first_second * 1000]
-    args += [keys.bucket_counts(video_id, 0).removesuffix("0"), first_second, "1" if before else "0"]
+    args: list[str | int] = [keys.buckets_index(video_id), keys.viewers(video_id), keys.watching(video_id)]
+    args += [
+        from_bucket,
+        keys.bucket_counts(video_id, 0).removesuffix("0"),
+        first_second,
+        "1" if before else "0",
+    ]
     for attempt in (1, 2):
         try:
             async with redis.pipeline(transaction=False) as pipe:
                 # The command, not pipe.evalsha: redis-py's cluster pipeline refuses that method;
                 # the command is routed by its keys (one slot: the video's) either way.
-                pipe.execute_command("EVALSHA", _READ_SHA, 4, *args)
+                pipe.execute_command("EVALSHA", _READ_SHA, 3, *args)
                 for owner in owners:  # one EXISTS each: on a cluster the owners lie in many slots
                     pipe.exists(owner)
                 replies = await pipe.execute()
@@ -185,10 +188,10 @@ async def read_video(
     return counts, any(int(found) for found in replies[1:])
 
 
-def speed_state_keys(topic: str, partitions: int, counter_state: str = "redis") -> tuple[str, ...]:
+def speed_state_keys(topic: str, partitions: int) -> tuple[str, ...]:
     """The keys of which one exists when a counter owns a partition of the topic in this Redis; none
     when the speed state is new or was lost (flushed, restarted without persistence)."""
-    return tuple(keys.counter_owner(topic, p, counter_state) for p in range(partitions))
+    return tuple(keys.counter_owner(topic, p) for p in range(partitions))
 
 
 # _UNION: a union of trending buckets is made into a scratch key of their slot, read and deleted

@@ -56,9 +56,7 @@ class StatsReader:
     hot_videos: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
-        self._owners = speed_state_keys(
-            self.settings.events_topic, self.settings.topic_partitions, self.settings.counter_state
-        )
+        self._owners = speed_state_keys(self.settings.events_topic, self.settings.topic_partitions)
         self._bot_rules = RulesInUse(
             self.settings.bot_rules_file
         )  # the counter's, for counts after the cutoff

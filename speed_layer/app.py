@@ -1,6 +1,6 @@
 """Faust wiring of the two workers (separate apps and consumer groups): the counter and the archiver.
-Logic lives in CounterWorker (counter_worker.py) and ArchiveWorker; this module only connects them to
-Faust's streams, timers and rebalance signals."""
+Logic lives in StateCounter (state_counter.py, driven by stream.py) and ArchiveWorker; this module
+only connects them to Faust's streams, timers and rebalance signals."""
 
 from __future__ import annotations
 
@@ -22,12 +22,12 @@ from counting.settings import Settings
 from speed_layer import heap, logs
 from speed_layer.archive_worker import ArchiveWorker
 from speed_layer.archiver import ParquetLog
-from speed_layer.counter_worker import Consumed, Counter, CounterWorker, count_stream
 from speed_layer.deadletter import DeadLetter
 from speed_layer.fetch_wait import shorten_fetch_wait
 from speed_layer.records import Record
 from speed_layer.regions import Publish
 from speed_layer.state_counter import StateCounter
+from speed_layer.stream import Consumed, count_stream
 from speed_layer.watermark import BrokerEndOffsets, Watermark
 
 MAX_COUNTER_RECORDS = 1_000
@@ -131,8 +131,8 @@ def _events_app(worker: str, settings: Settings, options: WorkerOptions) -> tupl
 
 
 def create_counter_app(settings: Settings, options: WorkerOptions | None = None) -> faust.App:
-    """The counter: events topic -> micro-batches -> one atomic Redis write per partition plan (or,
-    with TALLY_COUNTER_STATE=worker, a commit and a sink per partition from the worker's state)."""
+    """The counter: events topic -> micro-batches applied to the partitions' state in this worker ->
+    a commit and a sink of the read keys per partition."""
     options = options or WorkerOptions()
     app, events_topic = _events_app("counter", settings, options)
     dead_letter_topic = app.topic(settings.dead_letter_topic, key_serializer="raw", value_serializer="raw")
@@ -142,12 +142,8 @@ def create_counter_app(settings: Settings, options: WorkerOptions | None = None)
         delivery = await dead_letter_topic.send(key=letter.key, value=letter.value, headers=letter.headers)
         await delivery
 
-    worker: Counter
-    if settings.counter_state == "worker":
-        heap.tune()  # this process holds the partitions' state
-        worker = StateCounter(settings, client, send_dead_letter, publish=_publisher(app, settings))
-    else:
-        worker = CounterWorker(settings, client, send_dead_letter)
+    heap.tune()  # this process holds the partitions' state
+    worker = StateCounter(settings, client, send_dead_letter, publish=_publisher(app, settings))
 
     @app.agent(events_topic, name="count")
     async def count(stream: StreamT[bytes]) -> None:

@@ -19,3 +19,7 @@ class PoisonRecord(SpeedLayerError, ValueError):
 
 class RebuildRefused(SpeedLayerError):
     """`tally speed rebuild` would add the log's counts to counts already in Redis."""
+
+
+class EarlierCounterState(SpeedLayerError):
+    """Redis holds what the earlier Redis-state counter wrote: counting on would add to its counts."""

@@ -105,6 +105,33 @@ class Chunk:
     last: bool
 
 
+async def counts_without_state(client: aioredis.Redis, topic: str, partitions: int) -> bool:
+    """Whether Redis has speed counts (the videos index the sink fills) but no partition of `topic`
+    has a committed state: the counts came from elsewhere, or the states were lost. A partition's
+    state is committed before its counts are sunk, so a fresh start never looks like this."""
+    async with client.pipeline(transaction=False) as pipe:  # one EXISTS each: many slots on a cluster
+        for partition in range(partitions):
+            pipe.exists(keys.partition_state(topic, partition, "offset"))
+        pipe.scard(keys.videos_index())
+        *states, videos = await pipe.execute()
+    return bool(videos) and not any(states)
+
+
+def earlier_offset(topic: str, partition: int) -> str:
+    """Where the Redis-state counter, deleted on 2026-11-28, kept a partition's offset: its key in
+    Redis means that counter's counts and state are there, which this counter does not read."""
+    return f"{keys.PREFIX}:offsets:{topic}:{partition}"
+
+
+async def earlier_counter_partitions(client: aioredis.Redis, topic: str, partitions: int) -> list[int]:
+    """The partitions of `topic` whose offset the earlier Redis-state counter left in Redis."""
+    async with client.pipeline(transaction=False) as pipe:  # one EXISTS each: many slots on a cluster
+        for partition in range(partitions):
+            pipe.exists(earlier_offset(topic, partition))
+        found = await pipe.execute()
+    return [p for p, n in enumerate(found) if n]
+
+
 class PartitionStore:
     """Claims, restores and commits partitions of one topic."""
 

@@ -1,6 +1,6 @@
-"""Rebuild the speed layer's Redis state from the Parquet log, after Redis lost it (flushed,
-restarted without persistence): every archived record is planned and written exactly as the
-counter would, and its offsets are stored, so the counter resumes right after the archive.
+"""Rebuild the speed layer's state and read keys from the Parquet log, after Redis lost them
+(flushed, restarted without persistence): every archived record is counted by the counter itself,
+partition state and offsets committed, so the counter resumes right after the archive.
 
 Run it with the counter stopped; it claims the partitions (raising their owner generations), so a
 counter still running would be fenced out rather than corrupt the rebuilt counts."""
@@ -20,14 +20,12 @@ from counting.event import Event
 from counting.logschema import EVENT_COLUMNS
 from counting.settings import Settings
 from counting.wire import encode_events
-from speed_layer.counter import plan_batch
 from speed_layer.deadletter import DeadLetter
 from speed_layer.errors import RebuildRefused
 from speed_layer.handoff import announce
+from speed_layer.partition_store import counts_without_state
 from speed_layer.records import Record
-from speed_layer.redis_writer import RedisWriter
 from speed_layer.state_counter import StateCounter
-from speed_layer.windows import ViewWindows
 
 RECORDS_PER_WRITE = 2_000
 
@@ -85,42 +83,30 @@ async def rebuild(
     on_progress: Callable[[int], None] | None = None,
     replace: bool = False,
 ) -> RebuildReport:
-    """Replay the whole archived log into Redis (the viewer sets and window markers need every
-    event, not only those after the cutoff, for the counts after it to be exact). `replace` first
-    deletes the speed layer's keys (`speed_keys`): for counts the other counter wrote, or a state
-    partly lost."""
+    """Replay the whole archived log through the counter (the viewer sets and window markers need
+    every event, not only those after the cutoff, for the counts after it to be exact). `replace`
+    first deletes the speed layer's keys (`is_speed_key`): for a state partly lost, or counts an
+    earlier layout wrote."""
     started = time.monotonic()
     if replace:
         await delete_speed_keys(client)
-    elif settings.counter_state == "worker" and await _counts_without_state(settings, client):
+    elif await counts_without_state(client, settings.events_topic, settings.topic_partitions):
         raise RebuildRefused(
-            f"Redis at {settings.redis_url} holds speed counts that no partition of the state counter "
-            "committed (written with TALLY_COUNTER_STATE=redis, or its state was partly lost): a replay "
+            f"Redis at {settings.redis_url} holds speed counts that no partition of the counter "
+            "committed (written by an earlier layout, or its state was partly lost): a replay "
             "would add to them. Run 'tally speed rebuild --replace' to delete the speed layer's keys "
             "first (the ingest API's reactions and rate limits and the archiver's positions stay)"
         )
     records = archived_records(settings)
-    partitions = sorted({r.partition for r in records})
     events = 0
-    if settings.counter_state == "worker":  # the state counter itself, from the restored (lost) state
-        counter = StateCounter(settings, client, _archived_records_are_decoded, rebuilding=True)
-        await counter.claim(settings.events_topic, list(range(settings.topic_partitions)))
-        for chunk in partition_runs(records, RECORDS_PER_WRITE):
-            events += (await counter.handle(chunk)).events
-            if on_progress is not None:
-                on_progress(len(chunk))
-        await counter.handle([])  # what the last records changed without a record of their own
-        await announce(client, counter.plans())  # the hot videos' plans, as the log shows them
-        return _report(records, events, started)
-    writer = RedisWriter(client)
-    generations = await writer.claim(settings.events_topic, partitions) if partitions else {}
-    windows = ViewWindows()
+    counter = StateCounter(settings, client, _archived_records_are_decoded, rebuilding=True)
+    await counter.claim(settings.events_topic, list(range(settings.topic_partitions)))
     for chunk in partition_runs(records, RECORDS_PER_WRITE):
-        plan = plan_batch(chunk, settings, windows, int(time.time() * 1000), generations=generations)
-        await writer.apply(plan.writes)
-        events += plan.events
+        events += (await counter.handle(chunk)).events
         if on_progress is not None:
             on_progress(len(chunk))
+    await counter.handle([])  # what the last records changed without a record of their own
+    await announce(client, counter.plans())  # the hot videos' plans, as the log shows them
     return _report(records, events, started)
 
 
@@ -146,16 +132,6 @@ async def delete_speed_keys(client: aioredis.Redis) -> int:
                 pipe.delete(name)
             await pipe.execute()
     return len(speed)
-
-
-async def _counts_without_state(settings: Settings, client: aioredis.Redis) -> bool:
-    """Whether Redis has speed counts but no partition state of the state counter."""
-    async with client.pipeline(transaction=False) as pipe:
-        for partition in range(settings.topic_partitions):
-            pipe.exists(keys.partition_state(settings.events_topic, partition, "offset"))
-        pipe.scard(keys.videos_index())
-        *states, videos = await pipe.execute()
-    return bool(videos) and not any(states)
 
 
 async def _archived_records_are_decoded(letter: DeadLetter) -> None:

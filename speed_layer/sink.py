@@ -25,9 +25,7 @@ from redis.exceptions import ResponseError
 
 from counting import keys, rules, values
 from counting.redisconn import AsyncRedis, ScriptCall, eval_each
-from speed_layer.counter import PRESENCE_KEEP_MS
-from speed_layer.plan import EXACT_VIEWERS_LIMIT
-from speed_layer.state import SEP, PartitionState
+from speed_layer.state import EXACT_VIEWERS_LIMIT, PRESENCE_KEEP_MS, SEP, PartitionState
 
 LUA = Path(__file__).with_name("sink.lua").read_text()
 _encoder = msgspec.msgpack.Encoder()
@@ -112,6 +110,12 @@ def plan_sink(
         video, _, bucket = key.rpartition(SEP)
         b = int(bucket)
         videos[video].sketches.append((keys.viewers_sketch(video, b), expire_at(b), digests))  # type: ignore[arg-type]
+        if state.viewers_of.get(video, 0) >= EXACT_VIEWERS_LIMIT:
+            # Past the partition's exact limit its new viewers have no first bucket: they reach the
+            # video's HyperLogLog (folded by then: this partition alone filled its exact set) with
+            # the bucket's digests, an idempotent add.
+            for digest in digests:  # type: ignore[attr-defined]
+                videos[video].firsts += (digest, b)
     for key, history in _items(entry, "reactions"):
         video, _, user = key.partition(SEP)
         if history:

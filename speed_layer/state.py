@@ -39,12 +39,15 @@ import msgspec
 from counting import rules
 from counting.event import Event
 from counting.wire import decode_events, encode_events
-from speed_layer.counter import PRESENCE_KEEP_MS
 from speed_layer.judge import QUALIFIED, REACTION, SHORT, VERDICT_CODE
-from speed_layer.plan import EXACT_VIEWERS_LIMIT
 from speed_layer.seen import Marker, SeenTable, fingerprint, video_tag
 
 SEP = "\x1f"
+# A video keeps an exact set of its viewers up to this many a partition; then only its HyperLogLog
+# (within 2 %).
+EXACT_VIEWERS_LIMIT = 10_000
+# Presence older than this behind the newest heartbeat of a partition is dropped.
+PRESENCE_KEEP_MS = 10 * rules.PRESENCE_MS
 TABLES = (
     "seen",
     "windows",

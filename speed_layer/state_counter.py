@@ -1,7 +1,7 @@
 """The counter with its state in the worker (docs/design.md, "Speed layer"): each partition's state is
 restored on assignment, micro-batches are applied to it in memory by the rules of `counting/`, then
 each partition's changes are committed atomically (`partition_store`) and its counts sunk to the
-read keys (`sink`). The interface is `CounterWorker`'s, so `count_stream` and the tests drive either.
+read keys (`sink`). `stream.count_stream` drives it from the Faust agent; tests drive it directly.
 
 A worker commits a batch only after the previous one was sunk, so at most the last committed entry
 of a partition can lack its counts in the read keys: a restore sinks it again (idempotent).
@@ -24,16 +24,7 @@ from counting.regions import Exchange, accepted_here
 from counting.settings import Settings
 from counting.values import ShardPlan
 from speed_layer import logs, metrics, snapshot
-from speed_layer.counter_worker import (
-    WORKER,
-    BatchReport,
-    PlannedBatch,
-    SendDeadLetter,
-    observe_batch,
-    send_dead_letters,
-    until_redis,
-)
-from speed_layer.errors import PoisonRecord
+from speed_layer.errors import EarlierCounterState, PoisonRecord
 from speed_layer.handoff import (
     NOTICE_MS,
     announce,
@@ -54,11 +45,11 @@ from speed_layer.partition_store import (
     Chunk,
     PartitionStore,
     compress,
+    earlier_counter_partitions,
     encode,
     packed,
 )
 from speed_layer.records import Record, by_partition, decode_record
-from speed_layer.redis_writer import WriteResult
 from speed_layer.regions import Publish, components_of
 from speed_layer.seen import fingerprint as _fingerprint
 from speed_layer.seen import warm
@@ -66,6 +57,16 @@ from speed_layer.sink import SinkPlan, merged, plan_sink, sink
 from speed_layer.snapshot import SnapshotBuild
 from speed_layer.state import PartitionState
 from speed_layer.state_plan import Commit, Owned, StatePlan
+from speed_layer.stream import (
+    WORKER,
+    BatchReport,
+    PlannedBatch,
+    SendDeadLetter,
+    WriteResult,
+    observe_batch,
+    send_dead_letters,
+    until_redis,
+)
 from speed_layer.windows import ViewWindows
 
 T = TypeVar("T")
@@ -130,6 +131,8 @@ class StateCounter:
         # A partition this worker claimed already (its records can come before the assignment's
         # callback) and no other worker claimed since keeps its state: claiming it again would fence
         # the batches in flight.
+        if not self._rebuilding and not self.owned:
+            await self._refuse_earlier_counter()
         owners = await self._retry(lambda: self._store.owners(partitions))
         partitions = [p for p in partitions if p not in self.owned or owners[p] != self.owned[p].generation]
         if not partitions:
@@ -154,6 +157,20 @@ class StateCounter:
             generations=generations,
             restore_ms=round((time.perf_counter() - started) * 1000, 1),
         )
+
+    async def _refuse_earlier_counter(self) -> None:
+        s = self._settings
+        found = await self._retry(
+            lambda: earlier_counter_partitions(self._client, s.events_topic, s.topic_partitions)
+        )
+        if found:
+            raise EarlierCounterState(
+                f"Redis at {s.redis_url} holds the state of the Redis-state counter of an earlier "
+                f"version (its offsets of partitions {found} of topic '{s.events_topic}'): this "
+                "counter does not read it, and counting on would add to its counts. Stop the counter, "
+                "run 'tally speed rebuild --replace' (it counts the archived log into a new state) "
+                "and start it again"
+            )
 
     async def prepare(self, records: list[Record]) -> None:
         """Before a batch is planned: claim the partitions of its records this worker does not own
@@ -256,7 +273,7 @@ class StateCounter:
             if used:
                 budget, self._chunked = budget - used, partition
         metrics.PLAN_SECONDS.observe(time.perf_counter() - started)
-        plan = StatePlan([], dead_letters, hot, list(commits.values()), self._settings.events_topic)
+        plan = StatePlan(self._settings.events_topic, list(commits.values()), dead_letters, hot)
         return PlannedBatch(len(records), plan, started)
 
     def _plan_shards(self, hot: dict[str, int], now: int) -> None:
@@ -363,7 +380,6 @@ class StateCounter:
     async def write(self, batch: PlannedBatch) -> BatchReport:
         """Commit each partition's changes, then sink its counts; dead letters are sent first."""
         plan = batch.plan
-        assert isinstance(plan, StatePlan)
         await send_dead_letters(plan, self._send_dead_letter)
         started = time.perf_counter()
         commits: list[Commit] = [c for c in plan.commits if c.due]

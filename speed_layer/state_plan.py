@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from counting.values import ShardPlan
+from speed_layer.errors import PoisonRecord
 from speed_layer.partition_store import Chunk
-from speed_layer.plan import CounterPlan
+from speed_layer.records import Record
 from speed_layer.snapshot import SnapshotBuild
 from speed_layer.state import PartitionState
 
@@ -45,12 +46,14 @@ class Commit:
 
 
 @dataclass
-class StatePlan(CounterPlan):
-    """A planned micro-batch: each partition's changes to commit."""
+class StatePlan:
+    """A planned micro-batch: each partition's changes to commit, the records that could not be
+    decoded (for the dead-letter topic) and the hot videos whose shard counts it raised."""
 
+    topic: str
     commits: list[Commit] = field(default_factory=list)
-
-    topic: str = ""
+    dead_letters: list[tuple[Record, PoisonRecord]] = field(default_factory=list)
+    hot: dict[str, int] = field(default_factory=dict)
 
     @property
     def events(self) -> int:

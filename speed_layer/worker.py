@@ -7,8 +7,7 @@ import gc
 import faust
 
 from counting import logs as logging_setup
-from counting.errors import InvalidSetting
-from counting.settings import Settings, check_counter
+from counting.settings import Settings
 from speed_layer import logs, metrics
 from speed_layer.app import (
     SESSION_TIMEOUT_S,
@@ -54,12 +53,6 @@ def run_worker(
     `instance` numbers the processes of one kind on this machine (their metrics ports and Faust
     data directories differ; they share the consumer group)."""
     logging_setup.configure(name if instance == 1 else f"{name}-{instance}", loglevel)
-    if name == "counter":
-        try:
-            check_counter(settings)
-        except InvalidSetting as exc:
-            logs.error("worker_refused", worker=name, error=str(exc))
-            raise SystemExit(f"the counter refuses to start: {exc}") from None
     crash = CrashSwitch()
     app = WORKERS[name](settings, WorkerOptions(group, crash, session_timeout, instance))
     tune_gc()

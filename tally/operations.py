@@ -3,7 +3,7 @@ the processes recorded under the run directory (`tally.stack`), each reporting a
 
 from __future__ import annotations
 
-from counting.settings import Settings, check_counter
+from counting.settings import Settings
 from tally.errors import StackError
 from tally.launch import (
     Change,
@@ -45,7 +45,6 @@ def bring_up(settings: Settings, reset: bool = False) -> Change:
     `reset` wipes them; without it, starting over old state is refused. `reset` on a running stack
     is refused too: it would wipe the state under the running workers.
     """
-    check_counter(settings)
     recorded = load_stack(settings)
     live = [p for p in recorded.processes if p.alive()]
     if live and reset:

@@ -43,7 +43,7 @@ def counter_caught_up(client: redis.Redis, settings: Settings) -> bool:
     for partition, end in end_offsets(settings).items():
         if end == 0:
             continue
-        raw = client.get(keys.counter_offset(settings.events_topic, partition, settings.counter_state))
+        raw = client.get(keys.counter_offset(settings.events_topic, partition))
         if raw is None or int(raw) < end - 1:
             return False
     return True

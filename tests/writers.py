@@ -1,6 +1,6 @@
 """Tally's real writers in one test process: the ingest API's records and reaction state, the counter,
 the archiver with its watermark and the batch job, so that tests of a reader read what they wrote;
-`archived_until` and `heat` publish a watermark and a shard count through them alone."""
+`archived_until` and `heat` publish a watermark and a shard plan through them alone."""
 
 from __future__ import annotations
 
@@ -13,23 +13,25 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import redis
 import redis.asyncio as aioredis
 from pyspark.sql import SparkSession
 
 from batch_layer.job import BatchResult, compute_batch, publish_batch, run_batch
 from batch_layer.session import build_session
+from counting import keys
 from counting.catalog import CatalogRow
 from counting.event import Event, stamped
 from counting.settings import Settings
-from counting.values import ShardPlan
+from counting.values import ShardPlan, decode_shard_plan
 from counting.wire import encode_events, partition_for, record_key
 from ingest.publisher import ShardCounts, shard_for
 from ingest.reactions import ReactionState
 from speed_layer.archiver import ParquetLog
-from speed_layer.counter_worker import BatchReport, Counter, CounterWorker, SendDeadLetter
 from speed_layer.deadletter import DeadLetter
 from speed_layer.records import Record
 from speed_layer.state_counter import StateCounter
+from speed_layer.stream import BatchReport, SendDeadLetter
 from speed_layer.watermark import Watermark
 
 SparkProvider = Callable[[], SparkSession]
@@ -152,10 +154,9 @@ class Writers:
 
 def new_counter(
     settings: Settings, client: aioredis.Redis, send_dead_letter: SendDeadLetter, clock: Any = time.time
-) -> Counter:
-    """The counter the settings name (`counter_state`), as the counter app builds it."""
-    kind = StateCounter if settings.counter_state == "worker" else CounterWorker
-    return kind(settings, client, send_dead_letter, clock)  # type: ignore[no-any-return]
+) -> StateCounter:
+    """The counter, as the counter app builds it."""
+    return StateCounter(settings, client, send_dead_letter, clock)
 
 
 @contextmanager
@@ -235,16 +236,14 @@ def archived_until(settings: Settings, watermark_ms: int) -> int:
     return published
 
 
-def heat(settings: Settings, video: str, seconds: int) -> None:
+def heat(settings: Settings, video: str, seconds: int = 2) -> ShardPlan:
     """Views of `video` at twice the settings' hot threshold for `seconds` seconds of ingestion,
-    counted a second at a time by the real Redis-state counter (TALLY_COUNTER_STATE=redis): from
-    the second second on, it doubles the video's shard count in Redis each second (1, 2, 4, 8, ...)
-    up to `max_video_shards`; a count already in Redis is never lowered. (The state counter plans
-    a video's shards once, ahead: `tests/speed_layer/test_state_counter.py`.)"""
+    counted a second at a time by the real counter: from the second second on the video is hot, and
+    the counter of its home partition plans `max_video_shards` shards from `NOTICE_MS` ahead and
+    announces the plan in Redis. Returns the plan Redis holds then."""
     now = [time.time()]
     per_second = 2 * settings.hot_video_events_per_sec
-    doubling = settings.model_copy(update={"counter_state": "redis"})
-    with writers(doubling, clock=lambda: now[0]) as tally:
+    with writers(settings, clock=lambda: now[0]) as tally:
         start = int(now[0] * 1000)
         for second in range(seconds):
             stamp = start + second * 1000
@@ -255,6 +254,13 @@ def heat(settings: Settings, video: str, seconds: int) -> None:
             tally.ingest([stamped(view, view.ts) for view in views])
             tally.count()
             now[0] += 1.0
+    client = redis.Redis.from_url(settings.redis_url)
+    try:
+        raw = client.get(keys.shards(video))
+    finally:
+        client.close()
+    assert raw is not None, f"{video} was not planned hot after {seconds} s of heat"
+    return decode_shard_plan(raw)
 
 
 def _hot_view(event_id: str, video: str, user: str, ts: int) -> Event:

@@ -158,23 +158,6 @@ def speed_rebuild(
     asyncio.run(run())
 
 
-@speed_app.command("migrate")
-@clear_errors
-def speed_migrate(data_dir: DataDir = None) -> None:
-    """Rewrite the speed state an earlier Tally left in Redis into today's layouts. Stop the counter
-    first (it refuses values of an earlier layout, naming this command); idempotent."""
-    from counting import redisconn
-    from speed_layer.migrate import migrate
-
-    settings = settings_of(data_dir)
-    client = redisconn.sync_client(settings)
-    try:
-        report = migrate(client)
-    finally:
-        client.close()
-    console.print(f"{report.render()}: start the counter again")
-
-
 @warehouse_app.command("build")
 @clear_errors
 def warehouse_build(

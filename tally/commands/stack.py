@@ -70,7 +70,7 @@ def up(
         typer.Option(
             "--redis-cluster",
             help="run on a local Redis Cluster of 3 masters (started like 'tally redis-cluster up', on "
-            "free ports), the counter keeping its state in the worker (TALLY_COUNTER_STATE=worker)",
+            "free ports)",
         ),
     ] = False,
 ) -> None:
@@ -113,9 +113,7 @@ def _on_local_cluster(settings: Settings) -> Settings:
         cluster, _ = start_cluster(settings, DEFAULT_FIRST_PORT if free else free_first_port())
         for process in cluster.processes:
             say(f"  {process.name:<10} pid {process.pid:<7} started, log {process.log}")
-    return settings.model_copy(
-        update={"redis_url": cluster.url, "redis_cluster": True, "counter_state": "worker"}
-    )
+    return settings.model_copy(update={"redis_url": cluster.url, "redis_cluster": True})
 
 
 @clear_errors

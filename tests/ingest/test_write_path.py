@@ -159,30 +159,33 @@ async def test_shard_counts_are_read_ahead_of_their_expiry(
 ) -> None:
     hot = settings.model_copy(update={"hot_video_events_per_sec": 10})
 
-    async def heated_to(shards: int) -> None:
-        """The real counter raises "hot" to `shards` (capped there: one second more than it needs)."""
+    async def heated_to(shards: int) -> ShardPlan:
+        """The real counter, in a Redis of its own (the video's plan is made once a deployment),
+        plans "hot" over `shards` shards; the plan it wrote."""
+        redis_client.flushdb()
         capped = hot.model_copy(update={"max_video_shards": shards})
-        await asyncio.to_thread(heat, capped, "hot", shards.bit_length() + 1)  # the writers' own loop
-        assert redis_client.get(keys.shards("hot")) == str(shards).encode()
+        plan = await asyncio.to_thread(heat, capped, "hot")  # the writers' own event loop
+        assert plan.shards == shards
+        return plan
 
     counting = _CountingRedis(aioredis.Redis.from_url(settings.redis_url))
     clock = [1_000.0]
     counts = ShardCounts(counting, clock=lambda: clock[0])  # type: ignore[arg-type]
-    await heated_to(4)
-    assert await counts.of({"hot", "cold"}) == {"hot": ShardPlan(4), "cold": ShardPlan(1)}
+    four = await heated_to(4)
+    assert await counts.of({"hot", "cold"}) == {"hot": four, "cold": ShardPlan(1)}
     assert counting.reads == 1
-    await heated_to(8)
+    eight = await heated_to(8)
     clock[0] += SHARDS_TTL_S * 0.6  # still trusted: answered at once, read again in the background
-    assert await counts.of({"hot"}) == {"hot": ShardPlan(4)}
+    assert await counts.of({"hot"}) == {"hot": four}
     deadline = time.monotonic() + 5
     while counting.reads < 2 and time.monotonic() < deadline:
         await asyncio.sleep(0.01)
     assert counting.reads == 2
-    assert await counts.of({"hot"}) == {"hot": ShardPlan(8)}
+    assert await counts.of({"hot"}) == {"hot": eight}
     assert counting.reads == 2
     clock[0] += SHARDS_TTL_S  # expired: read before it is used
-    await heated_to(16)
-    assert await counts.of({"hot"}) == {"hot": ShardPlan(16)}
+    sixteen = await heated_to(16)
+    assert await counts.of({"hot"}) == {"hot": sixteen}
     assert counting.reads == 3
     await counts.close()
 

@@ -1,4 +1,4 @@
-"""`user_liked` reads the reaction values the real writers leave (the counter's script, the ingest
+"""`user_liked` reads the reaction values the real writers leave (the counter's sink, the ingest
 API's reaction state), and a value of a layout it does not know gives a clear answer, never a 500."""
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from counting.settings import Settings
 from counting.wire import encode_events
 from ingest.reactions import ReactionState
 from serving_layer.app import create_app
-from speed_layer.counter_worker import Counter, CounterWorker
 from speed_layer.handoff import home_of
 from speed_layer.records import Record
 from speed_layer.state_counter import StateCounter
@@ -71,19 +70,14 @@ def _record(settings: Settings, events: list[Event]) -> Record:
     return Record(settings.events_topic, home_of("clip", settings.topic_partitions), 0, encode_events(events))
 
 
-async def _counter(settings: Settings, client: aioredis.Redis) -> Counter:
-    """The counter the settings name, as a running worker is after its partitions were assigned."""
-    kind = StateCounter if settings.counter_state == "worker" else CounterWorker
-    worker: Counter = kind(settings, client, no_dead_letters)
+async def _counter(settings: Settings, client: aioredis.Redis) -> StateCounter:
+    """The counter as a running worker is after its partitions were assigned."""
+    worker = StateCounter(settings, client, no_dead_letters)
     await worker.claim(settings.events_topic, list(range(settings.topic_partitions)))
     return worker
 
 
-@pytest.mark.parametrize("counter_state", ["redis", "worker"])
-async def test_user_liked_reads_what_the_counter_wrote(
-    settings: Settings, aclient: aioredis.Redis, counter_state: str
-) -> None:
-    settings = settings.model_copy(update={"counter_state": counter_state})
+async def test_user_liked_reads_what_the_counter_wrote(settings: Settings, aclient: aioredis.Redis) -> None:
     events = _events()
     worker = await _counter(settings, aclient)
     await worker.handle([_record(settings, events)])

@@ -14,7 +14,6 @@ from counting.settings import Settings
 from counting.wire import encode_events
 from speed_layer import heap
 from speed_layer.app import WorkerOptions, app_id, create_counter_app
-from speed_layer.counter_worker import CounterWorker
 from speed_layer.state_counter import StateCounter
 from tests.speed_layer.helpers import Traffic, speed_counts
 
@@ -31,7 +30,7 @@ async def test_counter_agent_counts_what_it_is_given(
     async with agent.test_context() as running:
         for start in range(0, len(events), 5):
             await running.put(encode_events(events[start : start + 5]))
-        offset_key = keys.partition_offset(settings.events_topic, 0)
+        offset_key = keys.counter_offset(settings.events_topic, 0)
         for _ in range(100):
             if redis_client.get(offset_key) == str(len(events) // 5 - 1).encode():
                 break
@@ -45,32 +44,28 @@ def test_each_worker_kind_has_its_own_consumer_group(settings: Settings) -> None
     assert app_id("counter", settings, group="replay-1") == "replay-1"
 
 
-@pytest.mark.parametrize(("counter_state", "young"), [("redis", 700), ("worker", heap.YOUNG_OBJECTS)])
-def test_the_counter_with_its_state_in_the_worker_sets_the_collector(
-    settings: Settings, counter_state: str, young: int
-) -> None:
+def test_the_counter_sets_the_collector_for_the_state_it_holds(settings: Settings) -> None:
     before = gc.get_threshold()
     try:
         gc.set_threshold(700, before[1], before[2])
-        create_counter_app(settings.model_copy(update={"counter_state": counter_state}))
+        create_counter_app(settings)
 
-        assert gc.get_threshold() == (young, before[1], before[2])  # the older generations as they were
+        # the older generations as they were
+        assert gc.get_threshold() == (heap.YOUNG_OBJECTS, before[1], before[2])
     finally:
         gc.set_threshold(*before)
 
 
-@pytest.mark.parametrize("counter", [CounterWorker, StateCounter])
 async def test_an_unexpected_failure_stops_the_worker_instead_of_skipping_the_batch(
-    settings: Settings, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch, counter: type
+    settings: Settings, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    settings = settings.model_copy(update={"counter_state": "worker" if counter is StateCounter else "redis"})
     crashes: list[tuple[str, BaseException]] = []
     boom = RuntimeError("a bug")
 
     async def fail(self: object, batch: object) -> None:
         raise boom
 
-    monkeypatch.setattr(counter, "write", fail)
+    monkeypatch.setattr(StateCounter, "write", fail)
     app = create_counter_app(settings, WorkerOptions(crash=lambda worker, exc: crashes.append((worker, exc))))
     [agent] = app.agents.values()
     async with agent.test_context() as running:
@@ -80,4 +75,4 @@ async def test_an_unexpected_failure_stops_the_worker_instead_of_skipping_the_ba
                 break
             await asyncio.sleep(0.05)
     assert crashes == [("counter", boom)]
-    assert redis_client.get(keys.counter_offset(settings.events_topic, 0, settings.counter_state)) is None
+    assert redis_client.get(keys.counter_offset(settings.events_topic, 0)) is None

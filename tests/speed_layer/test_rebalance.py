@@ -26,7 +26,7 @@ PARTITIONS = 4
 
 def _generations(client: redis.Redis, settings: Settings) -> dict[int, int]:
     topic = settings.events_topic
-    return {p: int(client.get(keys.counter_owner(topic, p, "worker")) or 0) for p in range(PARTITIONS)}
+    return {p: int(client.get(keys.counter_owner(topic, p)) or 0) for p in range(PARTITIONS)}
 
 
 async def _commit_as(settings: Settings, partition: int, generation: int) -> int:
@@ -49,7 +49,6 @@ def test_a_counter_joining_then_leaving_mid_stream_counts_exactly_once(
             "kafka_bootstrap": broker,
             "topic_partitions": PARTITIONS,
             "counter_flush_ms": 50,
-            "counter_state": "worker",
         }
     )
     ensure_topics(settings)

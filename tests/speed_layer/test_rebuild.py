@@ -27,12 +27,6 @@ def _served(settings: Settings, videos: list[str]) -> dict[str, tuple[int, int, 
     return {v: (a["views"], a["likes"], a["unique_viewers"]) for v, a in answers.items()}
 
 
-@pytest.fixture(params=["redis", "worker"])
-def stack_settings(stack_settings: Settings, request: pytest.FixtureRequest) -> Settings:
-    """The stack with each place the counter keeps its state (TALLY_COUNTER_STATE)."""
-    return stack_settings.model_copy(update={"counter_state": request.param})
-
-
 def test_rebuild_after_a_flush_restores_the_oracle(
     stack: Stack, stack_settings: Settings, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:

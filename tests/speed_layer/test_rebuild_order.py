@@ -1,22 +1,19 @@
-"""`tally speed rebuild` replays the log in ingestion order across partitions: a hot video's viewer
-whose events moved to another partition (its shard count grew) keeps its first view counted in the
-bucket the oracle counts it in, so the counts after a batch cutoff stay exact."""
+"""`tally speed rebuild` replays the log in ingestion order across partitions (a hot video's viewer
+whose events moved to another partition keeps its first view counted first), one partition's run
+at a time."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import msgspec
-import redis
-import redis.asyncio as aioredis
 
-from counting import keys, oracle
 from counting.event import Event
 from counting.settings import Settings
-from speed_layer.rebuild import archived_records, partition_runs, rebuild
+from speed_layer.rebuild import archived_records, partition_runs
 from speed_layer.records import Record
 from tests.logfiles import hour_folder, log_rows, write_rows
+from tests.speed_layer.helpers import Traffic
 
 T0 = 1_800_000_000_000  # on a bucket edge of 2 s buckets
 
@@ -41,40 +38,18 @@ def _write_partition(raw_dir: Path, partition: int, events: list[Event]) -> None
     write_rows(hour_folder(raw_dir, events[0].ingest_ts or 0), f"events-{partition}-00000.parquet", rows)
 
 
-def _bucket_views(client: redis.Redis, bucket: int) -> dict[str, int]:
-    raw = client.hgetall(keys.bucket_counts("viral", bucket))
-    return {k.decode(): int(v) for k, v in raw.items()}  # type: ignore[union-attr]
-
-
-def test_rebuild_counts_a_moved_viewer_in_the_bucket_of_its_first_ingested_view(
-    settings: Settings, redis_client: redis.Redis
-) -> None:
-    # Alice's first view went to partition 1 (shard 0), her second, 5 s later in the same window,
-    # to partition 0 once the video had more shards. Partition 0 sorts first by number. The
-    # Redis-state counter's replay: the state counter moves a viewer only by its home's shard plan,
-    # which this log has not (its rebuild of a real move: test_state_counter.py).
-    settings = settings.model_copy(update={"counter_state": "redis"})
+def test_the_archived_records_come_in_ingestion_order_across_partitions(settings: Settings) -> None:
+    # Alice's first view went to partition 1, her second, 5 s later, to partition 0 (the video had
+    # more shards by then): partition 0 sorts first by number, not by ingestion. (The state counter's
+    # rebuild of a real move: test_state_counter.py.)
     first, second = _view("a1", T0 + 500), _view("a2", T0 + 5_500)
     _write_partition(settings.raw_dir, 1, [first])
     _write_partition(settings.raw_dir, 0, [second])
 
     records = archived_records(settings)
-    assert [(r.partition, r.offset) for r in records] == [(1, 0), (0, 0)], "ingestion order"
 
-    async def run() -> None:
-        client = aioredis.Redis.from_url(settings.redis_url)
-        await rebuild(settings, client)
-        await client.aclose()
-
-    asyncio.run(run())
-    expected = oracle.count([first, second])["viral"]
-    assert (expected.views, expected.repeat_views) == (1, 1)
-    first_bucket = (T0 + 500) // settings.bucket_ms
-    second_bucket = (T0 + 5_500) // settings.bucket_ms
-    assert _bucket_views(redis_client, first_bucket).get("views") == 1
-    assert _bucket_views(redis_client, first_bucket).get("uniques") == 1
-    assert _bucket_views(redis_client, second_bucket).get("views", 0) == 0
-    assert _bucket_views(redis_client, second_bucket).get("repeat_views") == 1
+    assert [(r.partition, r.offset) for r in records] == [(1, 0), (0, 0)]
+    assert [Traffic.decode(r)[0].event_id for r in records] == ["a1", "a2"]
 
 
 def test_partition_runs_keep_the_order_and_split_at_each_partition_change() -> None:

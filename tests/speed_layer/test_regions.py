@@ -67,7 +67,6 @@ def _region(settings: Settings, name: str, peer: str) -> Settings:
         "topic_partitions": PARTITIONS,
         "region": name,
         "region_peers": f"{peer}=127.0.0.1:9",
-        "counter_state": "worker",
     }
     return Settings.model_validate({**settings.model_dump(), **update})
 

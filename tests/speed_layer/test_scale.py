@@ -1,5 +1,5 @@
 """The speed layer at scale against a real Redis: one video's storm over several partitions and
-workers, unique viewers (exact sets, then sketches), trending, and fencing a partition's old owner."""
+workers, unique viewers (exact sets, then sketches), trending."""
 
 from __future__ import annotations
 
@@ -15,10 +15,9 @@ from counting.settings import Settings
 from counting.wire import encode_events
 from serving_layer.merge import merge
 from serving_layer.speed import read_speed, top_videos, unique_viewers_between
-from speed_layer.counter_worker import CounterWorker
 from speed_layer.handoff import home_of
-from speed_layer.plan import EXACT_VIEWERS_LIMIT
 from speed_layer.records import Record
+from speed_layer.state import EXACT_VIEWERS_LIMIT
 from tests.speed_layer.helpers import Traffic, no_dead_letters, pack, speed_counts
 from tests.writers import new_counter
 from warehouse.baseline import BaselineRow
@@ -32,9 +31,12 @@ async def test_one_videos_storm_over_several_partitions_and_workers_equals_the_o
     events = Traffic(seed=31, step_ms=15).clean(videos=1, n=3_000)
     records = pack(events, partitions=4, per_record=20, shards=8)
     assert len({r.partition for r in records}) == 4
-    # Three workers own the partitions; they run in an arbitrary interleaving of micro-batches.
+    # The traffic starts sharded, as if the video's home had handed its viewers over already
+    # (speed_layer/handoff.py). Three workers own the partitions, in an arbitrary interleaving of
+    # micro-batches.
+    redis_client.set(keys.handoff_closed("vid0"), "1")
     owners = {0: 0, 1: 1, 2: 2, 3: 2}
-    workers = [CounterWorker(settings, aclient, no_dead_letters) for _ in range(3)]
+    workers = [new_counter(settings, aclient, no_dead_letters) for _ in range(3)]
     queues = {p: [r for r in records if r.partition == p] for p in range(4)}
     rng = random.Random(3)
     while any(queues.values()):
@@ -52,29 +54,6 @@ async def test_one_videos_storm_over_several_partitions_and_workers_equals_the_o
         assert {"vid0": speed_counts(redis_client, "vid0", below_bucket=bucket)} == expected
 
 
-async def test_a_partitions_old_owner_is_fenced_out(
-    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
-) -> None:
-    traffic = Traffic(seed=32)
-    first, second = traffic.mixed(n=60), traffic.mixed(n=60)
-    old = CounterWorker(settings, aclient, no_dead_letters)
-    await old.claim("t", [0])
-    stale = old.plan([Record("t", 0, 0, encode_events(first))])
-    new = CounterWorker(settings, aclient, no_dead_letters)
-    await new.claim("t", [0])  # a rebalance gave the partition to another worker
-    report = await new.handle(
-        [Record("t", 0, 0, encode_events(first)), Record("t", 0, 1, encode_events(second))]
-    )
-    assert report.fenced == set()
-
-    late = await old.write(stale)  # the old owner's write arrives after the new owner's
-    assert late.fenced == {("t", 0)} and late.applied == 0
-    assert int(redis_client.get(keys.partition_offset("t", 0)) or -1) == 1
-    assert {v: speed_counts(redis_client, v) for v in oracle.count(first + second)} == oracle.count(
-        first + second
-    )
-
-
 async def test_trending_ranks_videos_by_counted_views_over_a_window(
     settings: Settings, aclient: aioredis.Redis
 ) -> None:
@@ -89,8 +68,8 @@ async def test_trending_ranks_videos_by_counted_views_over_a_window(
     bucket = rules.bucket_of(events[0].ingest_ts or 0, settings.bucket_ms)
     traffic.clock = (bucket + 2) * settings.bucket_ms
     later = [traffic.view("c", f"w{i}") for i in range(9)]
-    worker = CounterWorker(settings, aclient, no_dead_letters)
-    await worker.handle([Record("t", 0, 0, encode_events(events)), Record("t", 0, 1, encode_events(later))])
+    worker = new_counter(settings, aclient, no_dead_letters)
+    await worker.handle(pack(events + later, settings.topic_partitions, settings.events_topic))
 
     assert await top_videos(aclient, bucket, bucket, 10) == [("a", 5), ("b", 3)]
     assert await top_videos(aclient, bucket, bucket + 2, 2) == [("c", 9), ("a", 5)]
@@ -99,11 +78,9 @@ async def test_trending_ranks_videos_by_counted_views_over_a_window(
     assert 0 < ttl <= settings.retention_ms + 2 * settings.bucket_ms
 
 
-@pytest.mark.parametrize("counter_state", ["redis", "worker"])
 async def test_unique_viewers_are_exact_then_sketched_past_the_limit_and_merge_without_double_counting(
-    settings: Settings, aclient: aioredis.Redis, counter_state: str
+    settings: Settings, aclient: aioredis.Redis
 ) -> None:
-    settings = settings.model_copy(update={"counter_state": counter_state})
     topic, home = settings.events_topic, home_of("v", settings.topic_partitions)
     traffic = Traffic(seed=34, step_ms=0)
     before = [traffic.view("v", f"u{i}", ts=traffic.clock - 3_600_000) for i in range(50)]
@@ -138,7 +115,7 @@ async def test_a_million_distinct_viewers_are_served_within_two_percent(
     n = 1_000_000
     ingest_ts = Traffic(seed=35).clock
     per_record = 2_000
-    worker = CounterWorker(settings, aclient, no_dead_letters)
+    worker = new_counter(settings, aclient, no_dead_letters)
     offset = 0
     for start in range(0, n, 50_000):
         records = []

@@ -9,10 +9,9 @@ import msgspec
 
 from counting import oracle, rules
 from counting.event import Event
-from speed_layer.counter import PRESENCE_KEEP_MS
 from speed_layer.judge import QUALIFIED
 from speed_layer.seen import fingerprint
-from speed_layer.state import NO_ROUTE, SEP, Entry, PartitionState
+from speed_layer.state import NO_ROUTE, PRESENCE_KEEP_MS, SEP, Entry, PartitionState
 
 HOUR = 3_600_000
 T0 = 1_790_000_000_000

@@ -27,6 +27,7 @@ from serving_layer.reactions import read_user_reaction
 from serving_layer.speed import read_speed, unique_viewers_between
 from speed_layer import sink, snapshot, state_counter
 from speed_layer.archiver import ParquetLog
+from speed_layer.errors import EarlierCounterState
 from speed_layer.handoff import home_of
 from speed_layer.partition_store import (
     CHUNK_REFUSED,
@@ -35,13 +36,13 @@ from speed_layer.partition_store import (
     SNAPSHOT_SWITCHED,
     Chunk,
     PartitionStore,
+    earlier_offset,
     encode,
 )
-from speed_layer.plan import EXACT_VIEWERS_LIMIT
 from speed_layer.rebuild import rebuild
 from speed_layer.records import Record
 from speed_layer.seen import ROW
-from speed_layer.state import TABLES, PartitionState
+from speed_layer.state import EXACT_VIEWERS_LIMIT, TABLES, PartitionState
 from speed_layer.state_counter import StateCounter
 from tests.speed_layer.helpers import OnRedis, Traffic, no_dead_letters, pack, speed_counts
 
@@ -171,6 +172,33 @@ async def test_replayed_records_change_nothing(
     assert {v: speed_counts(redis_client, v) for v in before} == before == oracle.count(events)
 
 
+async def test_the_state_of_the_earlier_redis_state_counter_is_refused_naming_the_rebuild(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
+) -> None:
+    # The offset that counter (deleted on 2026-11-28) kept for a partition: no writer of it is left,
+    # so it is typed here.
+    redis_client.set(earlier_offset(settings.events_topic, 1), 41)
+
+    with pytest.raises(EarlierCounterState, match=r"partitions \[1\].*speed rebuild --replace"):
+        await _worker(settings, aclient)
+    await rebuild(settings, aclient, replace=True)  # what the error says: the key is gone with it
+    await _worker(settings, aclient)
+
+
+async def test_every_bucket_sketch_and_trending_key_expires(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
+) -> None:
+    events = Traffic(seed=9, step_ms=30).mixed(n=600)
+    # Many small batches: later batches write keys whose expiry was set before.
+    await _count(settings, aclient, pack(events, PARTITIONS), batch=3)
+    lasting = (":viewers", ":reactions", ":buckets", ":shards", "tally:videos", "tally:{p:")
+    names = [k.decode() for k in redis_client.scan_iter(match="tally:*", count=1000)]
+    expiring = [k for k in names if not any(part in k for part in lasting)]
+    assert {k.split(":")[2] for k in expiring} >= {"b", "hll"}
+    assert any(k.startswith(keys.trending(0).removesuffix("0")) for k in expiring)
+    assert [k for k in expiring if redis_client.pttl(k) <= 0] == []
+
+
 def _offsets(client: redis.Redis, settings: Settings) -> tuple[dict[int, int], dict[int, int]]:
     """Each partition's committed offset, and the offset whose counts the read keys hold."""
     topic = settings.events_topic
@@ -179,7 +207,7 @@ def _offsets(client: redis.Redis, settings: Settings) -> tuple[dict[int, int], d
         return {p: int(client.get(key(p)) or -1) for p in range(PARTITIONS)}
 
     return offsets(lambda p: keys.partition_state(topic, p, "offset")), offsets(
-        lambda p: keys.counter_offset(topic, p, "worker")
+        lambda p: keys.counter_offset(topic, p)
     )
 
 
@@ -744,7 +772,6 @@ async def test_a_rebuild_reads_a_hot_videos_plan_from_the_log(
             "topic_partitions": 4,
             "hot_video_events_per_sec": 20,
             "max_video_shards": 8,
-            "counter_state": "worker",
         }
     )
     events, records = await _move_a_hot_video(hot, aclient, redis_client)

@@ -44,16 +44,10 @@ def stack_settings(settings: Settings, broker: str) -> Settings:
     return configured
 
 
-@pytest.fixture(params=["redis", "worker"])
-def counter_settings(stack_settings: Settings, request: pytest.FixtureRequest) -> Settings:
-    """The stack's settings with each place the counter keeps its state (TALLY_COUNTER_STATE)."""
-    return stack_settings.model_copy(update={"counter_state": request.param})
-
-
 def _counter_done(client: redis.Redis, settings: Settings, records: dict[int, int]) -> Callable[[], bool]:
     def done() -> bool:
         for partition, count in records.items():
-            raw = client.get(keys.counter_offset(settings.events_topic, partition, settings.counter_state))
+            raw = client.get(keys.counter_offset(settings.events_topic, partition))
             if raw is None or int(raw) < count - 1:
                 return False
         return True
@@ -86,9 +80,8 @@ def _dead_letters(
 
 
 def test_counter_counts_exactly_once_and_dead_letters_poison(
-    counter_settings: Settings, redis_client: redis.Redis, start_worker: StartWorker
+    stack_settings: Settings, redis_client: redis.Redis, start_worker: StartWorker
 ) -> None:
-    stack_settings = counter_settings
     events = Traffic(seed=11, step_ms=20).mixed(n=500)
     expected = oracle.count(events)
     records = produce_events(stack_settings.kafka_bootstrap, stack_settings, events)
@@ -113,9 +106,8 @@ def test_counter_counts_exactly_once_and_dead_letters_poison(
 
 
 def test_a_restarted_counter_from_offset_zero_changes_nothing(
-    counter_settings: Settings, redis_client: redis.Redis, start_worker: StartWorker
+    stack_settings: Settings, redis_client: redis.Redis, start_worker: StartWorker
 ) -> None:
-    stack_settings = counter_settings
     events = Traffic(seed=12).mixed(n=300)
     expected = oracle.count(events)
     records = produce_events(stack_settings.kafka_bootstrap, stack_settings, events)

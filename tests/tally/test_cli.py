@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import msgspec
@@ -15,7 +13,7 @@ import redis
 from typer.testing import CliRunner
 
 from counting.event import parse_event
-from counting.settings import Settings, settings_env
+from counting.settings import Settings
 from tally.cli import app
 from tests.writers import archived_until
 
@@ -70,36 +68,6 @@ def test_down_without_a_stack_says_so(tmp_path: Path) -> None:
     result = runner.invoke(app, ["down", "--data-dir", str(tmp_path)])
     assert result.exit_code == 0
     assert "nothing to stop" in result.output
-
-
-def test_up_on_a_redis_cluster_with_the_redis_state_counter_is_refused_before_anything_starts(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The Redis-state counter once started and died at its first batch (RedisClusterException)."""
-    monkeypatch.setenv("TALLY_REDIS_CLUSTER", "1")
-    monkeypatch.setenv("TALLY_COUNTER_STATE", "redis")
-
-    result = runner.invoke(app, ["up", "--data-dir", str(tmp_path)])
-
-    assert result.exit_code == 2, result.output
-    assert "TALLY_REDIS_CLUSTER=1 with TALLY_COUNTER_STATE=redis" in result.output
-    assert "set TALLY_COUNTER_STATE=worker" in result.output
-    assert not (tmp_path / "run" / "logs").exists()  # no broker, Redis or worker was started
-
-
-def test_the_counter_process_refuses_a_redis_cluster_with_the_redis_state_counter(tmp_path: Path) -> None:
-    env = {
-        **os.environ,
-        **settings_env(Settings(data_dir=tmp_path)),
-        "TALLY_REDIS_CLUSTER": "1",
-        "TALLY_COUNTER_STATE": "redis",
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "speed_layer", "counter"], env=env, capture_output=True, text=True, timeout=120
-    )
-
-    assert done.returncode != 0
-    assert "the counter refuses to start: TALLY_REDIS_CLUSTER=1 with TALLY_COUNTER_STATE=redis" in done.stderr
 
 
 def test_catalog_load_then_audit_of_an_unknown_payout_says_so(tmp_path: Path) -> None:

@@ -1,9 +1,6 @@
-"""The counter's batch handler: decode, dead-letter the poison, plan, write to Redis (retrying until
-Redis answers), independent of Faust so tests can drive it directly.
-
-Planning (CPU in this process) and writing (the script running in Redis) are separate steps, so the
-Faust agent can plan the next micro-batch while the previous one is being written.
-"""
+"""The counter's stream loop, independent of Faust so tests can drive it: micro-batches planned
+(CPU in this process) while the previous one is written (commit and sink in Redis), acked once
+stored; what a batch did (`BatchReport`), its metrics and log line, its dead letters."""
 
 from __future__ import annotations
 
@@ -11,26 +8,38 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
-import redis.asyncio as aioredis
-
-from counting.bots import RulesInUse
 from counting.settings import Settings
 from speed_layer import logs, metrics
-from speed_layer.counter import plan_batch
 from speed_layer.deadletter import DeadLetter, dead_letter_of
-from speed_layer.hot import HotVideos
-from speed_layer.plan import CounterPlan, PartitionPlan, remember_expiries
 from speed_layer.records import Record
-from speed_layer.redis_writer import RedisWriter, WriteResult
 from speed_layer.retry import until_reachable
-from speed_layer.windows import ViewWindows
+from speed_layer.state_plan import StatePlan
+
+if TYPE_CHECKING:
+    from speed_layer.state_counter import StateCounter
 
 SendDeadLetter = Callable[[DeadLetter], Awaitable[None]]
 WORKER = "counter"
 T = TypeVar("T")
 M = TypeVar("M")  # a consumed message as the stream hands it over (Faust's event)
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What one partition's commit did: offsets before and after, events applied / duplicate /
+    skipped, and whether it was refused because another worker owns the partition now (nothing
+    was written)."""
+
+    topic: str
+    partition: int
+    offset_before: int
+    offset_after: int
+    applied: int
+    duplicates: int
+    skipped: int
+    fenced: bool = False
 
 
 @dataclass(frozen=True)
@@ -66,7 +75,7 @@ class PlannedBatch:
     """A planned micro-batch waiting to be written."""
 
     records: int
-    plan: CounterPlan
+    plan: StatePlan
     planned_at: float
 
 
@@ -76,7 +85,7 @@ async def until_redis(settings: Settings, action: Callable[[], Awaitable[T]]) ->
     return await until_reachable("redis", action, url=settings.redis_url, hint=hint)
 
 
-async def send_dead_letters(plan: CounterPlan, send: SendDeadLetter) -> None:
+async def send_dead_letters(plan: StatePlan, send: SendDeadLetter) -> None:
     """Send a planned batch's undecodable records to the dead-letter topic (before its write, so a
     record is never skipped before it reached the topic)."""
     for record, error in plan.dead_letters:
@@ -123,101 +132,6 @@ def observe_batch(report: BatchReport, rejected: dict[str, int], planned_at: flo
         logs.warning("counter_fenced", partitions=sorted(report.fenced))
 
 
-class Counter(Protocol):
-    """What `count_stream` and the app drive: `CounterWorker` (state in Redis, `write.lua`) or
-    `state_counter.StateCounter` (state in the worker)."""
-
-    async def claim(self, topic: str, partitions: list[int]) -> None: ...
-
-    async def prepare(self, records: list[Record]) -> None: ...
-
-    def plan(self, records: list[Record]) -> PlannedBatch: ...
-
-    async def write(self, batch: PlannedBatch) -> BatchReport: ...
-
-    async def handle(self, records: list[Record]) -> BatchReport: ...
-
-
-class CounterWorker:
-    """Turns micro-batches of records into atomic Redis writes; one instance per worker process."""
-
-    def __init__(
-        self,
-        settings: Settings,
-        client: aioredis.Redis,
-        send_dead_letter: SendDeadLetter,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self._settings = settings
-        self._writer = RedisWriter(client)
-        self._send_dead_letter = send_dead_letter
-        self._clock = clock
-        self.windows = ViewWindows()
-        self.hot = HotVideos(settings.hot_video_events_per_sec, settings.max_video_shards)
-        self.bot_rules = RulesInUse(settings.bot_rules_file)
-        self.generations: dict[tuple[str, int], int] = {}
-        self._trims: dict[str, int] = {}
-        self._expiring: set[str] = set()
-
-    async def claim(self, topic: str, partitions: list[int]) -> None:
-        """Take ownership of newly assigned partitions (fences out their previous owner's writes)."""
-        if not partitions:
-            return
-        claimed = await self._retry(lambda: self._writer.claim(topic, partitions))
-        self.generations.update(claimed)
-        logs.info("partitions_claimed", topic=topic, generations={p: g for (_, p), g in claimed.items()})
-
-    def plan(self, records: list[Record]) -> PlannedBatch:
-        """Decode and plan a micro-batch (CPU only)."""
-        started = time.perf_counter()
-        plan = plan_batch(
-            records,
-            self._settings,
-            self.windows,
-            int(self._clock() * 1000),
-            hot=self.hot,
-            generations=self.generations,
-            trims=self._trims,
-            expiring=self._expiring,
-            bot_filter=self.bot_rules.current(),
-        )
-        metrics.PLAN_SECONDS.observe(time.perf_counter() - started)
-        return PlannedBatch(len(records), plan, started)
-
-    async def write(self, batch: PlannedBatch) -> BatchReport:
-        """Store a planned micro-batch; return when Redis has it (dead letters are sent first, so a
-        record is never skipped before it reached the dead-letter topic)."""
-        plan = batch.plan
-        await send_dead_letters(plan, self._send_dead_letter)
-        started = time.perf_counter()
-        results = await self._write(plan.writes)
-        for write, result in zip(plan.writes, results, strict=True):
-            if not result.fenced:
-                remember_expiries(self._expiring, write, *result.written)
-        metrics.FLUSH_SECONDS.labels(WORKER).observe(time.perf_counter() - started)
-        report = BatchReport(batch.records, plan.events, len(plan.dead_letters), results, plan.hot)
-        rejected: dict[str, int] = {}
-        for write in plan.writes:
-            if (write.topic, write.partition) not in report.fenced:
-                for name, n in write.rejected.items():
-                    rejected[name] = rejected.get(name, 0) + n
-        observe_batch(report, rejected, batch.planned_at)
-        return report
-
-    async def prepare(self, records: list[Record]) -> None:
-        """Nothing to do before planning (the Redis-state counter keeps no partition state)."""
-
-    async def handle(self, records: list[Record]) -> BatchReport:
-        """Count a micro-batch exactly once: plan it, then write it."""
-        return await self.write(self.plan(records))
-
-    async def _write(self, plans: list[PartitionPlan]) -> list[WriteResult]:
-        return await self._retry(lambda: self._writer.apply(plans))
-
-    async def _retry(self, action: Callable[[], Awaitable[T]]) -> T:
-        return await until_redis(self._settings, action)
-
-
 @dataclass(frozen=True)
 class Consumed(Generic[M]):
     """How the counter reaches its stream: each message's record, its ack, and a partition's end
@@ -229,7 +143,7 @@ class Consumed(Generic[M]):
 
 
 async def count_stream(
-    worker: Counter,
+    worker: StateCounter,
     batches: AsyncIterator[list[M]],
     consumed: Consumed[M],
     on_failure: Callable[[BaseException], None],
