@@ -361,7 +361,8 @@ async def test_a_snapshot_built_over_many_batches_replaces_the_changelog_before_
 ) -> None:
     monkeypatch.setattr(state_counter, "MIN_LOG_BYTES", 3_000)
     _chunks_of(monkeypatch, 100)
-    events = Traffic(seed=49).mixed(n=900)
+    # A fixed clock: the entries' compressed sizes, so the builds and the log left, repeat.
+    events = Traffic(seed=49, now_ms=T0).mixed(n=900)
     records = pack(events, PARTITIONS)
     worker = await _worker(settings, aclient)
     batches, switched, entries_since = 0, 0, 0  # partition 0's entries since its build began
