@@ -68,10 +68,12 @@ class _Passes:
             self.seconds[generation] += time.process_time() - self._started
 
 
-def records_of(events: int, seed: int) -> list[Record]:
-    """The bench's uniform traffic (`bench.speed_layer`) as the records of a 4-partition topic."""
-    now = int(time.time() * 1000)
-    generated = generate(events, VIDEOS, events // 5, seed, now - 3_600_000, 50_000.0)
+def records_of(events: int, seed: int, now_ms: int) -> list[Record]:
+    """The bench's uniform traffic (`bench.speed_layer`) as the records of a 4-partition topic,
+    ingested from half a retry horizon before `now_ms`: every run of a bench counts the same
+    records, and none crosses the counter's horizon while it runs."""
+    start_ms = now_ms - Settings().retry_horizon_ms // 2
+    generated = generate(events, VIDEOS, events // 5, seed, start_ms, 50_000.0)
     offsets = [0] * PARTITIONS
     records = []
     for partition, key, value in pack(generated, PARTITIONS, {}):
@@ -80,9 +82,9 @@ def records_of(events: int, seed: int) -> list[Record]:
     return records
 
 
-async def one_run(way: str, redis_url: str, events: int, batch_records: int) -> dict[str, Any]:
+async def one_run(way: str, redis_url: str, events: int, batch_records: int, now_ms: int) -> dict[str, Any]:
     """Count the traffic once with the collector set `way`; the CPU an event of each phase."""
-    records = records_of(events, seed=1)
+    records = records_of(events, seed=1, now_ms=now_ms)
     settings = Settings(
         redis_url=redis_url,
         topic_partitions=PARTITIONS,
@@ -116,7 +118,7 @@ async def one_run(way: str, redis_url: str, events: int, batch_records: int) -> 
     gc.callbacks.remove(passes)
     held = resident_bytes(os.getpid()) - before
     copies = max(_copies_bytes(owned.state) for owned in counter.owned.values())
-    now_bucket = rules.bucket_of(int(time.time() * 1000), settings.bucket_ms)
+    now_bucket = rules.bucket_of(now_ms, settings.bucket_ms)
     counted = await platform_counts(client, now_bucket - 200, now_bucket + 1)
     await client.aclose()
     return {
@@ -152,10 +154,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--output", type=Path, default=RESULTS / "counter_cpu.json")
     parser.add_argument("--one", choices=WAYS, help=argparse.SUPPRESS)  # a run, in its own process
     parser.add_argument("--redis-url", help=argparse.SUPPRESS)
+    parser.add_argument("--now-ms", type=int, help=argparse.SUPPRESS)  # the traffic's, every run's
     args = parser.parse_args(argv)
     if args.one:
-        print(json.dumps(asyncio.run(one_run(args.one, args.redis_url, args.events, args.batch_records))))
+        counted = one_run(args.one, args.redis_url, args.events, args.batch_records, args.now_ms)
+        print(json.dumps(asyncio.run(counted)))
         return {}
+    now_ms = int(time.time() * 1000)
     runs: dict[str, list[dict[str, Any]]] = {way: [] for way in WAYS}
     with tempfile.TemporaryDirectory(prefix="tally-bench-") as tmp:
         server = start_redis(free_port(), Path(tmp))
@@ -166,6 +171,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     command = [sys.executable, "-m", "bench.counter_cpu", "--one", way]
                     command += ["--redis-url", f"redis://127.0.0.1:{server.port}/0"]
                     command += ["--events", str(args.events), "--batch-records", str(args.batch_records)]
+                    command += ["--now-ms", str(now_ms)]
                     done = subprocess.run(command, capture_output=True, text=True, check=True)
                     runs[way].append(json.loads(done.stdout.splitlines()[-1]))
         finally:

@@ -291,10 +291,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 faust_web_port=free_ports(2),
                 bucket_ms=60_000,
             )
-            uniform = generate(args.events, args.videos, args.events // 5, 1, now - 3_600_000, 50_000.0)
+            start_ms = now - base.retry_horizon_ms // 2  # no event crosses the horizon during a run
+            uniform = generate(args.events, args.videos, args.events // 5, 1, start_ms, 50_000.0)
             one = [
                 msgspec.structs.replace(e, video_id="viral")
-                for e in generate(args.events, 1, args.events // 5, 2, now - 3_600_000, 50_000.0)
+                for e in generate(args.events, 1, args.events // 5, 2, start_ms, 50_000.0)
             ]
             shards = {"viral": base.max_video_shards}
             figures = {
