@@ -17,14 +17,14 @@ import redis.asyncio as aioredis
 from counting import keys, rules
 from counting.values import ShardPlan, encode_shard_plan
 from counting.wire import partition_for, record_key
-from speed_layer.seen import ROW, video_tag
+from speed_layer.seen import video_tag
 from speed_layer.state import NO_ROUTE, SEP, PartitionState
 
 # A plan holds from this far ahead: more than the time an ingest process trusts what it read.
 NOTICE_MS = rules.SHARD_CACHE_MS + 1_000
-# Fields a hand-off write sends at a time; the bytes of markers in one field.
+# Fields a hand-off write sends at a time; the bytes of rows (markers, windows) in one field.
 CHUNK = 2_000
-MARKER_BYTES = ROW.itemsize * 40_000
+ROWS_BYTES = 960_000
 _encoder = msgspec.msgpack.Encoder()
 
 
@@ -51,20 +51,19 @@ def moved_entries(
         if partition != home:
             found.setdefault(partition, {})[table + SEP + key] = _encoder.encode(value)
 
-    markers = state.seen.of_video(video_tag(video))  # the markers go as `seen.ROW` records
-    if markers.size:
-        shard = markers["route"] % shards
+    tag = video_tag(video)
+    # The markers and the windows go as their tables' records.
+    for table, rows in (("seen", state.seen.of_video(tag)), ("windows", state.windows.rows("tag", tag))):
+        if not rows.size:
+            continue
+        shard = rows["route"] % shards
         for route in np.unique(shard).tolist():
             partition = partition_of(route)
             if partition != home:
-                moved = markers[shard == route].tobytes()
-                for n, start in enumerate(range(0, len(moved), MARKER_BYTES)):
-                    part = moved[start : start + MARKER_BYTES]
-                    found.setdefault(partition, {})[f"seen{SEP}{route}:{n}"] = part
-    for key, counted in state.windows.items():
-        if key.startswith(prefix):
-            viewer = key[len(prefix) :].rpartition(SEP)[0]
-            put("windows", key, counted, _route(viewer))
+                moved = rows[shard == route].tobytes()
+                for n, start in enumerate(range(0, len(moved), ROWS_BYTES)):
+                    part = moved[start : start + ROWS_BYTES]
+                    found.setdefault(partition, {})[f"{table}{SEP}{route}:{n}"] = part
     for key, first in state.firsts.items():
         if key.startswith(prefix):
             put("firsts", key, first, rules.viewer_route(key[len(prefix) :]))

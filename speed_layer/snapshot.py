@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from speed_layer.state import TABLES, PartitionState
+from speed_layer.state import ROW_TABLES, TABLES, PartitionState
 
 # The entries of the state's tables a micro-batch encodes into chunks (`StateCounter.plan`): this
 # many at least (some 20 ms of the loop), or CHUNK_ENTRIES_AN_EVENT for each event of the batch. A
@@ -51,9 +51,10 @@ class SnapshotBuild:
         self.offset = state.offset
         self.newest = state.newest_ingest
         copies = state.table_copies()
-        self._markers: np.ndarray = copies["seen"]  # `seen.ROW` records, taken a slice at a time
+        # The tables of fixed-width rows as records, taken a slice at a time.
+        self._rows: dict[str, np.ndarray] = {table: copies[table] for table in ROW_TABLES}
         self._items: list[tuple[str, Iterator[tuple[str, Any]]]] = [
-            (table, iter(copies[table].items())) for table in TABLES if table != "seen"
+            (table, iter(copies[table].items())) for table in TABLES if table not in ROW_TABLES
         ]
         self.chunks = 0  # planned so far; the next one's index
         self.planned_all = False
@@ -65,9 +66,10 @@ class SnapshotBuild:
         of the tables' entries), how many entries it holds and whether it is the last one."""
         chunk: dict[str, object] = {"offset": self.offset, "newest": self.newest, "sketches": {}}
         left = entries
-        markers, self._markers = self._markers[:left], self._markers[left:]
-        chunk["seen"] = markers.tobytes()
-        left -= markers.size
+        for table, rows in self._rows.items():
+            taken, self._rows[table] = rows[:left], rows[left:]
+            chunk[table] = taken.tobytes()
+            left -= taken.size
         for table, items in self._items:
             part = dict(islice(items, left)) if left > 0 else {}
             chunk[table] = part

@@ -4,12 +4,14 @@ and the counting rules of `counting/` run on it, event by event, in offset order
 Every table holds absolute values, and each micro-batch records which entries it changed: the
 changelog entry (`delta`) is those entries' new values, so restoring is upserting entries in order,
 and the counts reach Redis as this partition's absolute values per video and bucket (a replay
-rewrites the same ones). Tables (keyed by text, `video SEP ...`, but the markers):
+rewrites the same ones). Tables (keyed by text, `video SEP ...`, but the markers and windows):
 
 - seen: the markers of the applied copies within the retry horizon (`speed_layer/seen.py`: rows
   keyed by a fingerprint of video and event id, holding the copy's ingest time, verdict and viewer
   route, which tells where a hot video's plan sends the viewer; in a changelog entry, `ROW` bytes);
-- windows: video SEP viewer SEP window -> [ingest_ts, event_id] of the counted view;
+- windows: the counted view of each viewer's window (`speed_layer/counted_views.py`: rows keyed by
+  a fingerprint of video, viewer and window, holding the view's ingest time, its event's marker
+  fingerprint, its viewer's route and its video's tag; in a changelog entry, `WINDOW` bytes);
 - firsts: video SEP viewer digest -> the first bucket the viewer was counted in (exact up to
   `EXACT_VIEWERS_LIMIT` viewers of a video in this partition, then only the sketch grows);
 - reactions: video SEP user -> the reactions that decide the pair's state in some bucket;
@@ -25,7 +27,9 @@ by second of their newest heartbeat (`rules.presence_second`), what reaches Redi
 
 Any order of the records within the partition gives the same state: an earlier copy of an applied
 event, or an earlier view of a counted viewer's window, takes the place of the later one and moves
-its outcome to its own bucket, as the oracle's first-copy order says.
+its outcome to its own bucket, as the oracle's first-copy order says. Of a window's views ingested
+at the same time, the one counted is the first by its marker's fingerprint where the oracle takes the
+first by event id: the same bucket either way, so the same counts.
 """
 
 from __future__ import annotations
@@ -39,7 +43,9 @@ import msgspec
 from counting import rules
 from counting.event import Event
 from counting.wire import decode_events, encode_events
+from speed_layer.counted_views import WINDOW, Counted, window_key
 from speed_layer.judge import QUALIFIED, REACTION, SHORT, VERDICT_CODE
+from speed_layer.rows import RowTable
 from speed_layer.seen import Marker, SeenTable, fingerprint, video_tag
 
 SEP = "\x1f"
@@ -70,7 +76,8 @@ _route_of = rules.route_of
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder()
 _LIKED, _DISLIKED = rules.LIKED, rules.DISLIKED
-_TUPLES = frozenset({"windows", "beats"})
+# The tables of fixed-width rows: in a changelog entry, a snapshot or a hand-off, their records' bytes.
+ROW_TABLES = ("seen", "windows")
 # A session's newest heartbeat restored from a changelog written before beats carried the viewer's
 # route: it stays with the partition that has it (`handoff.moved_entries`).
 NO_ROUTE = -1
@@ -85,7 +92,7 @@ class Entry(TypedDict):
     offset: int
     newest: int
     seen: bytes  # `seen.ROW` records
-    windows: dict[str, tuple[int, str] | None]
+    windows: bytes  # `counted_views.WINDOW` records
     firsts: dict[str, int | None]
     reactions: dict[str, tuple[Reaction, ...] | None]
     counts: dict[str, dict[str, int] | None]
@@ -118,10 +125,12 @@ class PartitionState:
         self.keep_buckets = retention_ms // bucket_ms + 1
         self.offset = -1
         self.newest_ingest = 0
-        # Markers and windows are tuples of numbers and text: the collector stops tracking such a
-        # tuple once it has seen it, where millions of lists would be scanned at every full collection.
+        # Markers and windows are rows of numpy columns (no Python object per event); the other
+        # tables' values are tuples of numbers and text where they can be: the collector stops
+        # tracking such a tuple once it has seen it, where millions of lists would be scanned at
+        # every full collection.
         self.seen = SeenTable(horizon_ms)
-        self.windows: dict[str, tuple[int, str]] = {}
+        self.windows = RowTable(WINDOW, horizon_ms)
         self.firsts: dict[str, int] = {}
         self.reactions: dict[str, tuple[Reaction, ...]] = {}
         self.counts: dict[str, dict[str, int]] = {}
@@ -146,7 +155,6 @@ class PartitionState:
     def _bind_changes(self) -> None:
         """The change sets written per event, bound once per micro-batch."""
         tables = self.changes.keys
-        self._changed_windows = tables["windows"]
         self._changed_firsts = tables["firsts"]
         self._changed_counts = tables["counts"]
         self._changed_beats = tables["beats"]
@@ -158,6 +166,7 @@ class PartitionState:
         return (
             any(changes.keys.values())
             or self.seen.changed
+            or self.windows.changed
             or bool(changes.sketches or changes.forward or self._arrived)
         )
 
@@ -260,10 +269,19 @@ class PartitionState:
         for key in keys:
             self._set_beat(key, None)
 
-    def count(self, event: Event, verdict: str, viewer: str, digest: str, fp: int | None = None) -> bool:
+    def count(
+        self,
+        event: Event,
+        verdict: str,
+        viewer: str,
+        digest: str,
+        fp: int | None = None,
+        window: int | None = None,
+    ) -> bool:
         """Apply a judged event (`judge.SHORT`, `QUALIFIED`, a rejection field, or `REACTION`) of
         `viewer` (the user for a reaction; `digest` its `rules.viewer_digest`; `fp` its
-        `seen.fingerprint`, made here if not given); False for a copy that changed nothing."""
+        `seen.fingerprint` and, a view, `window` its `counted_views.window_key`, made here if not
+        given); False for a copy that changed nothing."""
         event_id = event.event_id
         ingest_ts: int = event.ingest_ts  # type: ignore[assignment]  # decode_record checked it
         bucket = _bucket_of(ingest_ts, self.bucket_ms)
@@ -274,16 +292,17 @@ class PartitionState:
         code = VERDICT_CODE[verdict]
         if seen is not None and (ingest_ts >= seen[0] or seen[1] != code):
             return False  # a later copy, or a copy the bot windows judged otherwise: the first stays
-        self.seen.put(fp, ingest_ts, code, rules.viewer_route(digest), video_tag(video))
+        route, tag = rules.viewer_route(digest), video_tag(video)
+        self.seen.put(fp, ingest_ts, code, route, tag)
         was = None if seen is None else _bucket_of(seen[0], self.bucket_ms)
         if verdict == REACTION:
             self._react(
                 video, event.user_id or "", event.ts, event_id, rules.REACTION_STATE[event.type], bucket
             )
         elif verdict == QUALIFIED:
-            self._view(
-                video, viewer, digest, rules.view_window_of(event.ts), ingest_ts, event_id, bucket, seen
-            )
+            if window is None:
+                window = window_key(video, viewer, rules.view_window_of(event.ts))
+            self._view(video, window, (ingest_ts, fp, route, tag), digest, bucket, seen)
         else:
             name = "short_views" if verdict == SHORT else verdict
             if was is not None:
@@ -292,43 +311,32 @@ class PartitionState:
         return True
 
     def _view(
-        self,
-        video: str,
-        viewer: str,
-        digest: str,
-        window: int,
-        ingest_ts: int,
-        event_id: str,
-        bucket: int,
-        seen: Marker | None,
+        self, video: str, window: int, view: Counted, digest: str, bucket: int, seen: Marker | None
     ) -> None:
-        """A qualified view: of a viewer's views of a video in one window, the first by (ingest_ts,
-        event_id) counts, the others are repeats."""
-        key = video + SEP + viewer + SEP + str(window)
-        counted = self.windows.get(key)
+        """A qualified view (`view`: as its `window` keeps it when counted): of a viewer's views of a
+        video in one window, the first by (ingest_ts, marker fingerprint) counts, the others are
+        repeats."""
+        windows = self.windows
+        counted = windows.get(window)
         if seen is not None:  # an earlier copy of an applied view
             was = _bucket_of(seen[0], self.bucket_ms)
-            if counted is not None and counted[1] == event_id:  # the counted one: it stays, earlier
-                self._set_window(key, ingest_ts, event_id)
+            if counted is not None and counted[1] == view[1]:  # the counted one: it stays, earlier
+                windows.put(window, view)
                 self._add(video, was, "views", -1)
                 self._count_view(video, digest, bucket)
                 return
             self._add(video, was, "repeat_views", -1)
         if counted is None:
-            self._set_window(key, ingest_ts, event_id)
+            windows.put(window, view)
             self._count_view(video, digest, bucket)
-        elif (ingest_ts, event_id) < (counted[0], counted[1]):
-            self._set_window(key, ingest_ts, event_id)
+        elif (view[0], view[1]) < (counted[0], counted[1]):
+            windows.put(window, view)
             was = _bucket_of(counted[0], self.bucket_ms)
             self._add(video, was, "views", -1)
             self._add(video, was, "repeat_views", 1)
             self._count_view(video, digest, bucket)
         else:
             self._add(video, bucket, "repeat_views", 1)
-
-    def _set_window(self, key: str, ingest_ts: int, event_id: str) -> None:
-        self.windows[key] = (ingest_ts, event_id)
-        self._changed_windows.add(key)
 
     def _count_view(self, video: str, digest: str, bucket: int) -> None:
         """A counted view: its bucket's views and sketch, and the viewer's first bucket (each
@@ -450,8 +458,8 @@ class PartitionState:
         waited for them, in arrival order (to apply now)."""
         for name, raw in entries.items():
             table, _, key = name.decode().partition(SEP)
-            if table == "seen":  # `seen.ROW` records
-                self.seen.load(raw, changed=True)
+            if table in ROW_TABLES:  # records of the table's dtype
+                getattr(self, table).load(raw, changed=True)
                 continue
             value = _as_kept(table, _decoder.decode(raw))
             if table == "beats":
@@ -473,13 +481,15 @@ class PartitionState:
         """The changelog entry of the events applied since the last call: each changed entry's new
         value (None: dropped), the sketches' digests and the offset; resets the changes."""
         self._settle()
-        self.seen.trim(self.newest_ingest - self.horizon_ms)  # whole slabs: no scan
+        floor = self.newest_ingest - self.horizon_ms
+        self.seen.trim(floor)  # whole slabs: no scan
+        self.windows.trim(floor)
         changes, self.changes = self.changes, Changes()
         self._bind_changes()
         entry: dict[str, object] = {"offset": self.offset, "newest": self.newest_ingest}
         for table in TABLES:
-            if table == "seen":
-                entry[table] = self.seen.take_changes()
+            if table in ROW_TABLES:
+                entry[table] = getattr(self, table).take_changes()
                 continue
             values = getattr(self, table)
             entry[table] = {key: values.get(key) for key in changes.keys[table]}
@@ -494,18 +504,19 @@ class PartitionState:
         self._settle()
         entry: dict[str, object] = {"offset": self.offset, "newest": self.newest_ingest, "sketches": {}}
         for table in TABLES:
-            entry[table] = getattr(self, table)
-        entry["seen"] = self.seen.rows().tobytes()
+            held = getattr(self, table)
+            entry[table] = held.rows().tobytes() if table in ROW_TABLES else held
         return entry
 
     def table_copies(self) -> dict[str, Any]:
-        """A shallow copy of every table (after the batch's platform counts are settled), the
-        markers as `seen.ROW` records: what a snapshot build encodes over the next batches
+        """A shallow copy of every table (after the batch's platform counts are settled), the tables
+        of fixed-width rows as records: what a snapshot build encodes over the next batches
         (`speed_layer/snapshot.py`)."""
         self._settle()
-        copies: dict[str, Any] = {table: dict(getattr(self, table)) for table in TABLES if table != "seen"}
-        copies["seen"] = self.seen.rows()
-        return copies
+        return {
+            table: getattr(self, table).rows() if table in ROW_TABLES else dict(getattr(self, table))
+            for table in TABLES
+        }
 
     def load(self, entry: Entry) -> None:
         """Upsert a snapshot's or a changelog entry's values (restore); a table without drops is
@@ -513,8 +524,8 @@ class PartitionState:
         self.offset = max(self.offset, entry["offset"])
         self.newest_ingest = max(self.newest_ingest, entry["newest"])
         for table in TABLES:
-            if table == "seen":
-                self.seen.load(entry["seen"])
+            if table in ROW_TABLES:
+                getattr(self, table).load(entry[table])  # type: ignore[literal-required]
                 continue
             values = getattr(self, table)
             changed: dict[str, Any] = entry[table]  # type: ignore[literal-required]
@@ -558,7 +569,7 @@ class PartitionState:
         floor = self.newest_ingest - self.horizon_ms
         oldest = _bucket_of(self.newest_ingest, self.bucket_ms) - self.keep_buckets
         self.seen.trim(floor)
-        _drop_front(self.windows, floor)
+        self.windows.trim(floor)
         self.counts = {k: v for k, v in self.counts.items() if int(k.rpartition(SEP)[2]) >= oldest}
         self.platform = {k: v for k, v in self.platform.items() if int(k) >= oldest}
         # Presence by whole seconds, as `watching` counts it: a leave goes with the beats before it,
@@ -575,28 +586,12 @@ class PartitionState:
                     del self._watching[video]
 
 
-def _drop_front(entries: dict[str, tuple[Any, ...]], floor: int) -> None:
-    """Drop the entries ingested before `floor` from the front of a table of markers or windows.
-    Such a table holds its keys in the order they were first set (ingestion order, but for late
-    copies), and a value only ever moves earlier, so the scan stops at the first entry to keep: a
-    trim costs what it drops, not the table's size (measured: docs/decisions/0005, "Restore"). An
-    old entry behind a newer one stays until those before it go; kept past the horizon, a marker or
-    a window only makes the speed layer's deduplication longer, as the batch layer's is."""
-    old = []
-    for key, value in entries.items():
-        if value[0] >= floor:
-            break
-        old.append(key)
-    for key in old:
-        del entries[key]
-
-
 def _as_kept(table: str, value: Any) -> Any:
-    """A handed-over value as the table keeps it: markers and windows as tuples, reaction
-    histories as tuples of tuples (msgpack gives lists)."""
+    """A handed-over value as the table keeps it: beats as tuples, reaction histories as tuples of
+    tuples (msgpack gives lists)."""
     if table == "reactions":
         return tuple(tuple(row) for row in value)
-    return tuple(value) if table in _TUPLES else value
+    return tuple(value) if table == "beats" else value
 
 
 def _state_changes(entries: Sequence[Reaction], sign: int, into: dict[int, list[int]]) -> None:

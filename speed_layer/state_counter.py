@@ -24,6 +24,7 @@ from counting.regions import Exchange, accepted_here
 from counting.settings import Settings
 from counting.values import ShardPlan
 from speed_layer import logs, metrics, snapshot
+from speed_layer.counted_views import window_key as _window_key
 from speed_layer.errors import EarlierCounterState, PoisonRecord
 from speed_layer.handoff import (
     NOTICE_MS,
@@ -51,8 +52,8 @@ from speed_layer.partition_store import (
 )
 from speed_layer.records import Record, by_partition, decode_record
 from speed_layer.regions import Publish, components_of
+from speed_layer.rows import warm
 from speed_layer.seen import fingerprint as _fingerprint
-from speed_layer.seen import warm
 from speed_layer.sink import SinkPlan, merged, plan_sink, sink
 from speed_layer.snapshot import SnapshotBuild
 from speed_layer.state import PartitionState
@@ -75,6 +76,11 @@ _encoder = msgspec.msgpack.Encoder()
 # least this much): restore reads at most about twice the state.
 MIN_LOG_BYTES = 1 << 20
 _PRESENCE = frozenset({"heartbeat", "leave"})
+_viewer_of, _view_window_of, _is_qualified_view = (
+    rules.viewer_of,
+    rules.view_window_of,
+    rules.is_qualified_view,
+)
 
 
 class StateCounter:
@@ -227,17 +233,33 @@ class StateCounter:
                 except PoisonRecord as exc:
                     dead_letters.append((record, exc))
                     decoded.append((record.offset, []))
-            # The markers of the group's views and reactions, looked up at once (presence has none).
-            fps = [
-                0 if e.type in _PRESENCE else _fingerprint(e.video_id, e.event_id)
-                for _, events in decoded
-                for e in events
-            ]
+            # The markers of the group's views and reactions, and the windows of its views, looked up
+            # at once (presence has neither).
+            fps: list[int] = []
+            viewers: list[str] = []
+            windows: list[int] = []
+            for _, events in decoded:
+                for e in events:
+                    kind = e.type
+                    if kind in _PRESENCE:
+                        fps.append(0)
+                        viewers.append("")
+                        windows.append(0)
+                        continue
+                    fps.append(_fingerprint(e.video_id, e.event_id))
+                    if _is_qualified_view(e):  # a view that may count: its window
+                        viewer = _viewer_of(e)
+                        viewers.append(viewer)
+                        windows.append(_window_key(e.video_id, viewer, _view_window_of(e.ts)))
+                    else:
+                        viewers.append("")
+                        windows.append(0)
             state.seen.fetch([fp for fp in fps if fp])
+            state.windows.fetch([w for w in windows if w])
             at = 0
             for offset, events in decoded:
                 for event in events:
-                    fp = fps[at]
+                    fp, viewer, window = fps[at], viewers[at], windows[at]
                     at += 1
                     video = event.video_id
                     per_video[video] = per_video.get(video, 0) + 1
@@ -247,7 +269,7 @@ class StateCounter:
                     if video not in state.imported and home != partition and self._rebuilding:
                         self._take_over_from_home(video, home, partition, event)
                     if video in state.imported or home == partition:
-                        self._apply(state, event, bot_filter, commit, fp)
+                        self._apply(state, event, bot_filter, commit, fp, viewer, window)
                     else:
                         state.hold(event)
                         commit.held += 1
@@ -349,9 +371,17 @@ class StateCounter:
         return max(entries, 1)
 
     def _apply(
-        self, state: PartitionState, event: Any, bot_filter: Any, commit: Commit, fp: int | None = None
+        self,
+        state: PartitionState,
+        event: Any,
+        bot_filter: Any,
+        commit: Commit,
+        fp: int | None = None,
+        viewer: str = "",
+        window: int = 0,
     ) -> None:
-        """Apply an event (`fp`: its marker's fingerprint, made here if not given)."""
+        """Apply an event (`fp`: its marker's fingerprint; a view's `viewer` and `window` key, as
+        the batch's look-up made them; each made here if not given)."""
         here = accepted_here(event, self._region)
         state.arrive(event.ingest_ts, here)
         kind = event.type
@@ -361,7 +391,8 @@ class StateCounter:
         if fp is None:
             fp = _fingerprint(event.video_id, event.event_id)
         if kind == "view":
-            viewer = rules.viewer_of(event)
+            if not viewer:
+                viewer = rules.viewer_of(event)
             first = state.is_first_copy(fp)
             verdict = judge_view(event, viewer, first, self.windows, bot_filter)
         elif kind in rules.REACTION_STATE and event.user_id is not None:
@@ -370,7 +401,7 @@ class StateCounter:
                 state.forward(event)
         else:
             return
-        if state.count(event, verdict, viewer, rules.viewer_digest(viewer), fp):
+        if state.count(event, verdict, viewer, rules.viewer_digest(viewer), fp, window or None):
             commit.applied += 1
             if verdict.startswith("rejected:"):
                 commit.rejected[verdict] = commit.rejected.get(verdict, 0) + 1

@@ -9,6 +9,7 @@ import msgspec
 
 from counting import oracle, rules
 from counting.event import Event
+from speed_layer.counted_views import window_key
 from speed_layer.judge import QUALIFIED
 from speed_layer.seen import fingerprint
 from speed_layer.state import NO_ROUTE, PRESENCE_KEEP_MS, SEP, Entry, PartitionState
@@ -49,7 +50,8 @@ def test_a_trim_drops_the_markers_and_windows_past_the_retry_horizon() -> None:
     state.trim()
 
     assert [fp for fp, _ in state.seen.markers()] == [fingerprint("v1", "new0")]
-    assert [key.split(SEP)[1] for key in state.windows] == ["b0"]
+    new_window = window_key("v1", "b0", rules.view_window_of(T0 + 2 * HOUR - 1_000))
+    assert [key for key, _ in state.windows.items()] == [new_window]
 
 
 def test_a_copy_within_the_horizon_changes_nothing_and_one_past_it_counts_again() -> None:
