@@ -52,8 +52,12 @@ class SeenTable(RowTable):
     def _rows(self, fps: np.ndarray, values: list[tuple[int, ...]]) -> np.ndarray:
         rows = np.empty(fps.size, ROW)
         rows["fp"] = fps
-        ts, code, route, video = (np.array(column, np.int64) for column in zip(*values, strict=True))
-        rows["ts"], rows["route"], rows["tag"] = ts, route, (video << 8) | code
+        matrix = np.array(values, np.int64).reshape(fps.size, 4)  # one conversion of the batch
+        rows["ts"], rows["route"], rows["tag"] = (
+            matrix[:, 0],
+            matrix[:, 2],
+            (matrix[:, 3] << 8) | matrix[:, 1],
+        )
         return rows
 
     def put(self, fp: int, ts: int, code: int, route: int, video: int) -> None:  # type: ignore[override]

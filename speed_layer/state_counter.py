@@ -235,25 +235,13 @@ class StateCounter:
                     decoded.append((record.offset, []))
             # The markers of the group's views and reactions, and the windows of its views, looked up
             # at once (presence has neither).
-            fps: list[int] = []
-            viewers: list[str] = []
-            windows: list[int] = []
-            for _, events in decoded:
-                for e in events:
-                    kind = e.type
-                    if kind in _PRESENCE:
-                        fps.append(0)
-                        viewers.append("")
-                        windows.append(0)
-                        continue
-                    fps.append(_fingerprint(e.video_id, e.event_id))
-                    if _is_qualified_view(e):  # a view that may count: its window
-                        viewer = _viewer_of(e)
-                        viewers.append(viewer)
-                        windows.append(_window_key(e.video_id, viewer, _view_window_of(e.ts)))
-                    else:
-                        viewers.append("")
-                        windows.append(0)
+            flat = [e for _, events in decoded for e in events]
+            fps = [0 if e.type in _PRESENCE else _fingerprint(e.video_id, e.event_id) for e in flat]
+            viewers = [_viewer_of(e) if _is_qualified_view(e) else "" for e in flat]  # views that may count
+            windows = [
+                _window_key(e.video_id, viewer, _view_window_of(e.ts)) if viewer else 0
+                for e, viewer in zip(flat, viewers, strict=True)
+            ]
             state.seen.fetch([fp for fp in fps if fp])
             state.windows.fetch([w for w in windows if w])
             at = 0
