@@ -6,7 +6,8 @@ on free ports (a fresh Tansu broker, a redis-server of its own or, with `--redis
 Redis Cluster of 3 masters and the counter with its state in the worker; both Faust workers, both
 APIs), posts background traffic through the ingest API at `--rate` events a second from two loader
 processes, and every 100 ms posts one tracer view (a new viewer of the video `tracer`), then polls
-the stats route until the tracer's view is counted. Prints one line of JSON and writes
+the stats route until the tracer's view is counted. Prints one line of JSON (with, per 30 s of the
+run, the tracers' p99 and the cores the broker and the counter used) and writes
 bench/results/freshness.json.
 """
 
@@ -25,7 +26,7 @@ from typing import Any
 import httpx
 import msgspec
 
-from bench.machine import machine
+from bench.machine import cpu_seconds, machine
 from bench.speed_traffic import REQUEST_EVENTS, generate
 from counting.settings import Settings
 from tally.redis_cluster import free_first_port, start_cluster, stop_cluster
@@ -126,6 +127,42 @@ def _tracers(ingest_url: str, key: str, serving_url: str, seconds: float) -> lis
     ]
 
 
+class _Cores:
+    """The cores each of some processes used in each WINDOW_S of the run, sampled by a thread."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self._pids = pids
+        self.by_window: dict[str, dict[str, float]] = {name: {} for name in pids}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> _Cores:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        before = {name: cpu_seconds(pid) for name, pid in self._pids.items()}
+        window, began = 0, time.monotonic()
+        while True:
+            stopped = self._stop.wait(WINDOW_S)
+            seconds = time.monotonic() - began  # the last window may be shorter
+            for name, pid in self._pids.items():
+                try:
+                    now = cpu_seconds(pid)
+                except OSError:  # the process is gone
+                    continue
+                label = f"{window * WINDOW_S}-{window * WINDOW_S + round(seconds)}"
+                self.by_window[name][label] = round((now - before[name]) / seconds, 2)
+                before[name] = now
+            if stopped:
+                return
+            window, began = window + 1, time.monotonic()
+
+
 def _by_window(tracers: list[tuple[float, float]]) -> dict[str, float]:
     """p99 of the tracers acknowledged in each WINDOW_S of the run ("0-30": the first 30 s): a
     counter that falls behind shows a growing tail, where the run's p99 alone hides when."""
@@ -188,7 +225,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 time.sleep(0.1)
             print(f"loading at {args.rate:.0f} events/s with tracers", file=sys.stderr)
             started = time.monotonic()
-            tracers = _tracers(ingest, key, serving, args.seconds - 4)
+            with _Cores({name: stack.get(name).pid for name in ("broker", "counter")}) as cores:
+                tracers = _tracers(ingest, key, serving, args.seconds - 4)
             for loader in loaders:
                 loader.join(args.seconds + 60)
             elapsed = time.monotonic() - started
@@ -206,6 +244,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "p99_ms": round(_percentile(latencies, 0.99), 1),
         "max_ms": round(max(latencies), 1),
         "p99_ms_by_window": _by_window(tracers),
+        "broker_cores_by_window": cores.by_window["broker"],
+        "counter_cores_by_window": cores.by_window["counter"],
         "machine": machine(),
     }
     RESULTS.mkdir(exist_ok=True)
