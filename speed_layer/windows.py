@@ -5,6 +5,7 @@ count per (video, day) with those stopping near the threshold, counted in worker
 
 from __future__ import annotations
 
+import sys
 from array import array
 from bisect import bisect_left, bisect_right
 from typing import Generic, TypeVar
@@ -21,21 +22,23 @@ KEEP_DAYS = 2
 _minute_of, _hour_of, _day_of = rules.minute_of, rules.hour_of, rules.day_of
 _SPAN_MS = rules.VELOCITY_WINDOW_MS - 1
 _NEAR = "\x1fnear"
+_intern = sys.intern
 # Up to this many, an address's view times (or agents) are kept in a tuple (see `ViewWindows`).
 LONG = 64
 
+K = TypeVar("K")
 V = TypeVar("V")
 
 
-class _Windows(Generic[V]):
+class _Windows(Generic[K, V]):
     """Values by key of the newest `keep` + 1 windows; older ones are dropped as newer ones open."""
 
     def __init__(self, keep: int) -> None:
         self._keep = keep
         self._newest: int | None = None
-        self.counts: dict[int, dict[str, V]] = {}
+        self.counts: dict[int, dict[K, V]] = {}
 
-    def open(self, window: int) -> dict[str, V] | None:
+    def open(self, window: int) -> dict[K, V] | None:
         """The values of `window`, made when it is new; None for a window older than those kept."""
         counter = self.counts.get(window)
         if counter is None:
@@ -61,15 +64,15 @@ class ViewWindows:
         # before.
         # An address past `LONG` views a minute (or agents an hour) has them in an array (or a set),
         # which takes one more without copying them all.
-        self._address: _Windows[int | tuple[int, ...] | array[int]] = _Windows(KEEP_MINUTES)
+        self._address: _Windows[str, int | tuple[int, ...] | array[int]] = _Windows(KEEP_MINUTES)
         # Per hour, each address's agent, or the tuple of them once it has shown two.
-        self._agents: _Windows[str | tuple[str, ...] | set[str]] = _Windows(KEEP_HOURS)
-        # Keyed by one string (video, separator, viewer) rather than a tuple: a dict of strings and
-        # integers is not tracked by the cyclic garbage collector, so its millions of entries cost
-        # no scan time.
-        self._viewer: _Windows[int] = _Windows(KEEP_DAYS)
+        self._agents: _Windows[str, str | tuple[str, ...] | set[str]] = _Windows(KEEP_HOURS)
+        # Keyed by the hash of one string (video, separator, viewer): an int kept, not the text (a
+        # collision, one in 2^64 a pair, adds two viewers' views up), and a dict of integers is not
+        # tracked by the cyclic garbage collector, so its millions of entries cost no scan time.
+        self._viewer: _Windows[int, int] = _Windows(KEEP_DAYS)
         # Per video and day: its views long enough to count, and its `NEAR` key those near the threshold.
-        self._video_day: _Windows[int] = _Windows(KEEP_DAYS)
+        self._video_day: _Windows[str, int] = _Windows(KEEP_DAYS)
 
     def observe(self, event: Event, count: bool = True) -> tuple[int, int, int]:
         """Count a view (unless `count` is false: a copy already counted); return (views from its
@@ -137,18 +140,19 @@ class ViewWindows:
                 seen = agents_of.get(ip)
                 if seen is None:
                     if agent and count:
-                        agents_of[ip] = agent
+                        agents_of[ip] = _intern(agent)  # one object per agent, not one per event
                     address_agents = 1 if agent else 0
                 elif seen.__class__ is str:
                     if not agent or agent == seen:
                         address_agents = 1
                     else:
                         if count:
-                            agents_of[ip] = (seen, agent)
+                            agents_of[ip] = (seen, _intern(agent))
                         address_agents = 2
                 else:
                     if agent and agent not in seen:
                         if count:
+                            agent = _intern(agent)
                             if seen.__class__ is not tuple:
                                 seen.add(agent)  # type: ignore[union-attr]
                                 address_agents = -1  # len(seen) below counts it already
@@ -163,7 +167,7 @@ class ViewWindows:
         by_viewer = self._viewer.counts.get(day) or self._viewer.open(day)
         if by_viewer is None:
             return address_views, 1, address_agents
-        key = f"{video_id}\x1f{viewer}"
+        key = hash(f"{video_id}\x1f{viewer}")  # an int kept, not the text
         viewer_views = by_viewer.get(key, 0) + step
         by_viewer[key] = viewer_views
         return address_views, viewer_views if viewer_views > 1 else 1, address_agents
