@@ -5,6 +5,7 @@ the first views of a burst."""
 
 from __future__ import annotations
 
+import sys
 from functools import lru_cache
 
 from counting import rules
@@ -21,6 +22,7 @@ REACTION = "a"
 # meaning.
 VERDICTS: tuple[str, ...] = (SHORT, QUALIFIED, REACTION, *(f"rejected:{reason}" for reason in REASONS))
 VERDICT_CODE: dict[str, int] = {verdict: code for code, verdict in enumerate(VERDICTS)}
+_intern = sys.intern
 
 
 @lru_cache(maxsize=8)
@@ -35,15 +37,22 @@ def judge_view(
     """SHORT, QUALIFIED or the rejection field of a view; a copy already judged (`first_copy`
     false) is not counted again in the windows."""
     ts = event.ts
+    # What the windows and the bot filter's caches keep: one object per address and agent, not
+    # one per event.
+    ip, agent = event.ip, event.user_agent
+    if ip is not None:
+        ip = _intern(ip)
+    if agent is not None:
+        agent = _intern(agent)
     address_views, viewer_views, address_agents = windows.observe_view(
-        event.ip, ts, event.video_id, viewer, first_copy, event.user_agent
+        ip, ts, event.video_id, viewer, first_copy, agent
     )
     if not rules.is_qualified_view(event):
         return SHORT
     watch, duration = event.watch_secs, event.video_duration_secs
     rejected_field = rejected_fields(bot_filter)
     near = bot_filter.is_near_threshold(watch, duration)
-    client = bot_filter.client_mask(event.user_agent, event.ip, event.ja3)
+    client = bot_filter.client_mask(agent, ip, event.ja3)
     static = bot_filter.static_mask(client, watch, duration)
     # Bunching weighs the views no static signal rejects alone.
     weighed = first_copy and rejected_field[static] is None

@@ -5,7 +5,6 @@ count per (video, day) with those stopping near the threshold, counted in worker
 
 from __future__ import annotations
 
-import sys
 from array import array
 from bisect import bisect_left, bisect_right
 from typing import Generic, TypeVar
@@ -22,7 +21,6 @@ KEEP_DAYS = 2
 _minute_of, _hour_of, _day_of = rules.minute_of, rules.hour_of, rules.day_of
 _SPAN_MS = rules.VELOCITY_WINDOW_MS - 1
 _NEAR = "\x1fnear"
-_intern = sys.intern
 # Up to this many, an address's view times (or agents) are kept in a tuple (see `ViewWindows`).
 LONG = 64
 
@@ -140,19 +138,18 @@ class ViewWindows:
                 seen = agents_of.get(ip)
                 if seen is None:
                     if agent and count:
-                        agents_of[ip] = _intern(agent)  # one object per agent, not one per event
+                        agents_of[ip] = agent
                     address_agents = 1 if agent else 0
                 elif seen.__class__ is str:
                     if not agent or agent == seen:
                         address_agents = 1
                     else:
                         if count:
-                            agents_of[ip] = (seen, _intern(agent))
+                            agents_of[ip] = (seen, agent)
                         address_agents = 2
                 else:
                     if agent and agent not in seen:
                         if count:
-                            agent = _intern(agent)
                             if seen.__class__ is not tuple:
                                 seen.add(agent)  # type: ignore[union-attr]
                                 address_agents = -1  # len(seen) below counts it already
