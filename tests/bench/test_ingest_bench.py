@@ -10,8 +10,9 @@ import pytest
 
 from bench import ingest
 
-# serial: the benchmark measures latencies and request rates: alone on the machine.
-pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.serial]
+# Not serial: the test checks what the benchmark counts and that its figures are there, not their
+# values, so it runs beside the others (the figures of record come from `python -m bench.…` alone).
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 
 def test_quick_ingest_bench_reports_its_figures_and_loses_nothing(tmp_path: Path) -> None:
