@@ -30,13 +30,14 @@ lint: install
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
-# The tests run on TEST_WORKERS pytest-xdist workers (a test file stays on one worker with its
-# module's fixtures; tests/conftest.py keeps the serving layer's files together), then those marked
-# `serial` (they assert on timing or rates) alone. Both phases run; the target fails if either fails
-# (5, nothing selected, fails only in both). Three workers on two CPUs: many tests wait on a stack
-# or a broker, and the third keeps the CPUs busy meanwhile (96 % busy against 82 % with two; the
-# first phase about 1.5 min sooner on 2026-11-28, with a third Spark JVM in memory).
-TEST_WORKERS ?= 3
+# The tests run on TEST_WORKERS pytest-xdist workers, one a core (a test file stays on one worker
+# with its module's fixtures; tests/conftest.py keeps the serving layer's files together), then
+# those marked `serial` (they assert on timing or rates) alone. Both phases run; the target fails if
+# either fails (5, nothing selected, fails only in both). Three workers kept the two CPUs busier
+# (96 % against 82 %) and finished the first phase about 1.5 min sooner, but under that load a
+# Ctrl-C'd `tally airflow` took more than its 75 s to stop (tests/dags/test_airflow_postgres.py,
+# 2026-11-28): two.
+TEST_WORKERS ?= 2
 
 # Each phase keeps a JUnit report (every test's time) under data/test-report/, for finding the
 # slow ones beside the --durations list pytest prints.
