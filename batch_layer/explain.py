@@ -10,6 +10,7 @@ from pyspark.sql import functions as F
 
 from batch_layer.columns import REJECTED
 from batch_layer.load import write_sorted
+from batch_layer.verdict import mask_table
 from counting import bots
 from counting.bots import BotFilter
 from counting.settings import Settings
@@ -17,10 +18,10 @@ from warehouse.explanations import FLAGGED, REFUSED, explained_path
 
 
 def _score(mask: Column, bot_filter: BotFilter) -> Column:
-    """The score of a signal mask: `bots.score` of its signals, per mask, as an array literal (the
-    same doubles as Python's, each written by `repr`, which reads back exactly)."""
-    scores = (repr(bots.score(bot_filter.signals_of(m))) for m in range(len(bot_filter.rejection_by_mask)))
-    return F.expr(f"array({', '.join(f'CAST({s} AS DOUBLE)' for s in scores)})")[mask]
+    """The score of a signal mask: `bots.score` of its signals, per mask, as a `mask_table` (the same
+    doubles as Python's, each written by `repr`, which reads back exactly)."""
+    scores = [repr(bots.score(bot_filter.signals_of(m))) for m in range(len(bot_filter.rejection_by_mask))]
+    return F.get(mask_table(scores, "double"), mask)
 
 
 def _signal_names(mask: Column) -> Column:

@@ -6,7 +6,7 @@ docs/decisions/0004-batch-jvm-settings.md.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame
@@ -221,19 +221,27 @@ def rejection_reason(
 
 def reason_of(mask: Column, bot_filter: BotFilter) -> Column:
     """The rejection reason of a signal mask (null: not rejected): the filter's `rejection_by_mask`."""
-    return F.get(_reason_table(bot_filter), mask)
+    reasons = mask_table(["" if reason is None else reason for reason in bot_filter.rejection_by_mask])
+    return F.nullif(F.get(reasons, mask), F.lit(""))
 
 
 def is_flagged(mask: Column, bot_filter: BotFilter) -> Column:
-    """Whether a signal mask's score is in the soft band: the filter's `flagged_by_mask`, as an
-    array literal made in one call to the JVM."""
-    items = ("true" if flagged else "false" for flagged in bot_filter.flagged_by_mask)
-    return F.coalesce(F.get(F.expr(f"array({', '.join(items)})"), mask), F.lit(False))
+    """Whether a signal mask's score is in the soft band: the filter's `flagged_by_mask`."""
+    flags = mask_table([str(flagged).lower() for flagged in bot_filter.flagged_by_mask], "boolean")
+    return F.coalesce(F.get(flags, mask), F.lit(False))
 
 
-def _reason_table(bot_filter: BotFilter) -> Column:
-    """The filter's `rejection_by_mask` as an array literal indexed by the mask (a map literal is
-    searched key by key, boxing each key), made in one call to the JVM as `_is_in` makes its list."""
-    null = "CAST(NULL AS STRING)"
-    items = (null if reason is None else _string_literal(reason) for reason in bot_filter.rejection_by_mask)
-    return F.expr(f"array({', '.join(items)})")
+# Separates the items of a `mask_table`'s text: no reason, boolean or number holds it.
+_TABLE_SEPARATOR = ","
+
+
+def mask_table(items: Sequence[str], cast: str = "string") -> Column:
+    """An array literal indexed by a signal mask (a map literal is searched key by key, boxing each
+    key): the items as one text split at commas, cast to `cast`'s elements. The optimizer folds it
+    to one constant, where an `array(...)` of 2,048 items stays in the plan as 2,048 expressions
+    that every later DataFrame step analyses again (docs/decisions/0004-batch-jvm-settings.md)."""
+    held = next((item for item in items if _TABLE_SEPARATOR in item), None)
+    if held is not None:
+        raise ValueError(f"a mask table's item may not hold {_TABLE_SEPARATOR!r} (got {held!r})")
+    table = F.split(F.lit(_TABLE_SEPARATOR.join(items)), _TABLE_SEPARATOR)
+    return table if cast == "string" else table.cast(f"array<{cast}>")
