@@ -148,15 +148,18 @@ class StateCounter:
         for partition, generation in generations.items():
             state = self._new_state()
             last = await self._retry(lambda p=partition, s=state: self._store.restore(p, s))  # type: ignore[misc]
+            # What the restored state holds, taken before the partition is owned: from then on the
+            # stream may apply newer records to it (uncommitted, unsunk) while this claim awaits Redis.
+            restored = state.offset
+            resink = None if last is None else self._plan_sink(last, state, partition)
             self.owned[partition] = Owned(state, generation)
             plans = {v: ShardPlan(p[0], p[1]) for v, p in state.plans.items() if not p[2]}
             if plans:
                 await self._retry(lambda plans=plans: announce(self._client, plans))  # type: ignore[misc]
-            if last is not None:
-                plan = self._plan_sink(last, state, partition)
-                await self._retry(lambda plan=plan: sink(self._client, plan))  # type: ignore[misc]
+            if last is not None and resink is not None:
+                await self._retry(lambda plan=resink: sink(self._client, plan))  # type: ignore[misc]
                 await self._published(last, state, partition)  # it may not have left either
-                await self._retry(lambda p=partition, o=state.offset: self._store.mark_sunk({p: o}))  # type: ignore[misc]
+                await self._retry(lambda p=partition, o=restored: self._store.mark_sunk({p: o}))  # type: ignore[misc]
         logs.info(
             "partitions_claimed",
             topic=topic,

@@ -45,6 +45,7 @@ from speed_layer.records import Record
 from speed_layer.seen import ROW
 from speed_layer.state import EXACT_VIEWERS_LIMIT, ROW_TABLES, TABLES, PartitionState
 from speed_layer.state_counter import StateCounter
+from speed_layer.stream import PlannedBatch
 from tests.speed_layer.helpers import OnRedis, Traffic, no_dead_letters, pack, speed_counts
 
 pytestmark = pytest.mark.integration
@@ -838,3 +839,37 @@ async def test_a_batch_and_the_assignment_callback_claiming_at_once_fence_nothin
     assert not report.fenced
     assert {p: o.generation for p, o in worker.owned.items()} == dict.fromkeys(range(PARTITIONS), 1)
     assert {v: speed_counts(redis_client, v) for v in oracle.count(events)} == oracle.count(events)
+
+
+async def test_a_claims_sunk_mark_is_what_it_restored_while_the_stream_applies_newer_records(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim sinks the restored state's last entry again, then marks the partition sunk (what
+    readers that wait for the counter look at). The stream may apply newer records to the claimed
+    state while the claim awaits Redis: the mark stays at the restored offset until those records
+    are committed and sunk, and the counts still equal the oracle."""
+    events = Traffic(seed=50).mixed(n=300)
+    records = [r for r in pack(events, PARTITIONS) if r.partition == 0]
+    half = len(records) // 2
+    await _count(settings, aclient, records[:half])  # an earlier owner commits and sinks half
+    restored = records[half - 1].offset
+    sunk_key = keys.counter_offset(settings.events_topic, 0)
+    later = StateCounter(settings, aclient, no_dead_letters)
+    real_sink = state_counter.sink
+    planned: list[PlannedBatch] = []
+
+    async def stream_applies_newer_records(client: aioredis.Redis, plan: sink.SinkPlan) -> None:
+        if not planned:  # the claim's sink of the restored last entry: the stream goes on meanwhile
+            planned.append(later.plan(records[half:]))
+        await real_sink(client, plan)
+
+    monkeypatch.setattr(state_counter, "sink", stream_applies_newer_records)
+    await later.claim(settings.events_topic, [0])
+
+    assert planned and later.owned[0].state.offset == records[-1].offset  # newer records applied
+    assert int(redis_client.get(sunk_key) or -1) == restored  # but only the restored ones are sunk
+    report = await later.write(planned[0])
+    assert not report.fenced
+    assert int(redis_client.get(sunk_key) or -1) == records[-1].offset
+    counted = [e for e in events if partition_for(record_key(e.video_id), PARTITIONS) == 0]
+    assert {v: speed_counts(redis_client, v) for v in oracle.count(counted)} == oracle.count(counted)
