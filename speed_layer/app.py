@@ -157,7 +157,7 @@ def create_counter_app(settings: Settings, options: WorkerOptions | None = None)
         shorten_fetch_wait(app, min(COUNTER_FETCH_WAIT_MS, settings.counter_flush_ms))
         assigned = args[0] if args else kwargs.get("assigned", set())
         mine = sorted(tp.partition for tp in assigned if tp.topic == settings.events_topic)
-        await worker.claim(settings.events_topic, mine)
+        await worker.assigned(settings.events_topic, mine)
 
     return app
 

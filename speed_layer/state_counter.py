@@ -133,6 +133,19 @@ class StateCounter:
         async with self._claiming:
             await self._claim(topic, partitions)
 
+    async def assigned(self, topic: str, partitions: list[int]) -> None:
+        """The callback of an assignment (the whole of it): forget the partitions this worker no
+        longer holds, then claim the new ones. A state kept past its partition's revocation would be
+        stale once another worker commits there, and a batch planned on it when the partition comes
+        back would be fenced after the consumer moved past its records."""
+        if topic != self._settings.events_topic:
+            return
+        async with self._claiming:
+            for partition in set(self.owned) - set(partitions):
+                del self.owned[partition]  # a batch planned on it still writes it (`Commit.owned`)
+            if partitions:
+                await self._claim(topic, partitions)
+
     async def _claim(self, topic: str, partitions: list[int]) -> None:
         # A partition this worker claimed already (its records can come before the assignment's
         # callback) and no other worker claimed since keeps its state: claiming it again would fence
@@ -224,7 +237,9 @@ class StateCounter:
             if owned is None:
                 continue
             state = owned.state
-            commit = commits[partition] = Commit(partition, owned.generation, group[0].offset, state.offset)
+            commit = commits[partition] = Commit(
+                partition, owned.generation, group[0].offset, state.offset, owned=owned
+            )
             decoded: list[tuple[int, list[Event]]] = []
             for record in group:
                 commit.records += 1
@@ -276,7 +291,7 @@ class StateCounter:
         for partition, owned in self.owned.items():
             if partition not in commits and owned.state.changed:  # a hand-off taken over, a plan
                 commits[partition] = Commit(
-                    partition, owned.generation, owned.state.offset + 1, owned.state.offset
+                    partition, owned.generation, owned.state.offset + 1, owned.state.offset, owned=owned
                 )
         # Snapshot chunks of this batch's budget of entries (the loop's pause grows with the batch,
         # never with the state), the partitions taking turns from the one after the last that took one.
@@ -429,11 +444,11 @@ class StateCounter:
         committed: list[tuple[Commit, Owned | None, PartitionState]] = []
         for commit, (status, value, chunk) in zip(commits, answers, strict=True):
             fenced = status == FENCED
-            owned = self.owned.get(commit.partition)
+            owned = commit.owned
             if owned is not None and commit.build is not None and owned.build is commit.build:
                 self._built(owned, commit.build, chunk if status == COMMITTED else CHUNK_REFUSED)
             if fenced:
-                if owned is not None and owned.generation == commit.generation:
+                if owned is not None and self.owned.get(commit.partition) is owned:
                     del self.owned[commit.partition]  # another worker owns it now
             elif status != ALREADY:
                 committed.append((commit, owned, owned.state if owned is not None else self._new_state()))

@@ -873,3 +873,31 @@ async def test_a_claims_sunk_mark_is_what_it_restored_while_the_stream_applies_n
     assert int(redis_client.get(sunk_key) or -1) == records[-1].offset
     counted = [e for e in events if partition_for(record_key(e.video_id), PARTITIONS) == 0]
     assert {v: speed_counts(redis_client, v) for v in oracle.count(counted)} == oracle.count(counted)
+
+
+async def test_a_partition_back_after_another_worker_counted_there_is_counted_on_its_state(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
+) -> None:
+    """A partition moves to a second worker and back (seen with a real broker under load): the first
+    worker forgets it when an assignment leaves it out, so the records it gets when the partition
+    comes back, before or while the callback claims it, count on the state the second worker
+    committed, and none is fenced."""
+    events = Traffic(seed=52).mixed(n=300)
+    records = [r for r in pack(events, PARTITIONS) if r.partition == 0]
+    third = len(records) // 3
+    topic = settings.events_topic
+    first = StateCounter(settings, aclient, no_dead_letters)
+    second = StateCounter(settings, aclient, no_dead_letters)
+    await first.assigned(topic, [0])
+    await first.handle(records[:third])
+    await first.assigned(topic, [])  # the rebalance that moves the partition
+    await second.assigned(topic, [0])
+    await second.handle(records[third : 2 * third])
+    await second.assigned(topic, [])  # it leaves
+
+    report, _ = await asyncio.gather(first.handle(records[2 * third :]), first.assigned(topic, [0]))
+
+    assert not report.fenced
+    assert first.owned[0].generation == 3 and first.owned[0].state.offset == records[-1].offset
+    counted = [e for e in events if partition_for(record_key(e.video_id), PARTITIONS) == 0]
+    assert {v: speed_counts(redis_client, v) for v in oracle.count(counted)} == oracle.count(counted)
