@@ -164,14 +164,15 @@ class StateCounter:
             # What the restored state holds, taken before the partition is owned: from then on the
             # stream may apply newer records to it (uncommitted, unsunk) while this claim awaits Redis.
             restored = state.offset
-            resink = None if last is None else self._plan_sink(last, state, partition)
+            resink = None if last is None else (last, self._plan_sink(last, state, partition))
             self.owned[partition] = Owned(state, generation)
             plans = {v: ShardPlan(p[0], p[1]) for v, p in state.plans.items() if not p[2]}
             if plans:
                 await self._retry(lambda plans=plans: announce(self._client, plans))  # type: ignore[misc]
-            if last is not None and resink is not None:
-                await self._retry(lambda plan=resink: sink(self._client, plan))  # type: ignore[misc]
-                await self._published(last, state, partition)  # it may not have left either
+            if resink is not None:
+                entry, plan = resink
+                await self._retry(lambda plan=plan: sink(self._client, plan))  # type: ignore[misc]
+                await self._published(entry, state, partition)  # it may not have left either
                 await self._retry(lambda p=partition, o=restored: self._store.mark_sunk({p: o}))  # type: ignore[misc]
         logs.info(
             "partitions_claimed",
@@ -208,7 +209,7 @@ class StateCounter:
                 continue
             parts = await self._retry(lambda w=waiting, p=partition: take_over(self._client, w, p))  # type: ignore[misc]
             for video, entries in parts.items():
-                scratch = Commit(partition, owned.generation, 0, 0)
+                scratch = Commit(partition, owned.generation, 0, 0, owned)
                 for event in owned.state.take_over(video, entries):
                     self._apply(owned.state, event, bot_filter, scratch)
                 logs.info(
@@ -238,7 +239,7 @@ class StateCounter:
                 continue
             state = owned.state
             commit = commits[partition] = Commit(
-                partition, owned.generation, group[0].offset, state.offset, owned=owned
+                partition, owned.generation, group[0].offset, state.offset, owned
             )
             decoded: list[tuple[int, list[Event]]] = []
             for record in group:
@@ -291,7 +292,7 @@ class StateCounter:
         for partition, owned in self.owned.items():
             if partition not in commits and owned.state.changed:  # a hand-off taken over, a plan
                 commits[partition] = Commit(
-                    partition, owned.generation, owned.state.offset + 1, owned.state.offset, owned=owned
+                    partition, owned.generation, owned.state.offset + 1, owned.state.offset, owned
                 )
         # Snapshot chunks of this batch's budget of entries (the loop's pause grows with the batch,
         # never with the state), the partitions taking turns from the one after the last that took one.
@@ -441,17 +442,17 @@ class StateCounter:
             )
         )
         results = []
-        committed: list[tuple[Commit, Owned | None, PartitionState]] = []
+        committed: list[Commit] = []
         for commit, (status, value, chunk) in zip(commits, answers, strict=True):
             fenced = status == FENCED
             owned = commit.owned
-            if owned is not None and commit.build is not None and owned.build is commit.build:
+            if commit.build is not None and owned.build is commit.build:
                 self._built(owned, commit.build, chunk if status == COMMITTED else CHUNK_REFUSED)
             if fenced:
-                if owned is not None and self.owned.get(commit.partition) is owned:
+                if self.owned.get(commit.partition) is owned:
                     del self.owned[commit.partition]  # another worker owns it now
             elif status != ALREADY:
-                committed.append((commit, owned, owned.state if owned is not None else self._new_state()))
+                committed.append(commit)
             results.append(
                 WriteResult(
                     self._settings.events_topic,
@@ -466,13 +467,12 @@ class StateCounter:
             )
         # Every committed partition's counts in one pipeline (one round trip, not one a partition).
         if committed:
-            sunk = merged([self._plan_sink(c.entry, state, c.partition) for c, _, state in committed])
+            sunk = merged([self._plan_sink(c.entry, c.owned.state, c.partition) for c in committed])
             await self._retry(lambda: sink(self._client, sunk))
-        for commit, owned, state in committed:
-            await self._published(commit.entry, state, commit.partition)
-            if owned is not None:
-                await self._hand_over(owned, commit)
-        sunk_to = {c.partition: c.last_offset for c, _, _ in committed}
+        for commit in committed:
+            await self._published(commit.entry, commit.owned.state, commit.partition)
+            await self._hand_over(commit.owned, commit)
+        sunk_to = {c.partition: c.last_offset for c in committed}
         if sunk_to:
             await self._retry(lambda: self._store.mark_sunk(sunk_to))
         for c in plan.commits:

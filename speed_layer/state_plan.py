@@ -23,6 +23,9 @@ class Commit:
     generation: int
     first_offset: int
     last_offset: int
+    # The partition's state the batch was planned on: its write sinks that state's values, even when the
+    # worker has released the partition or claimed it again since.
+    owned: Owned
     entry: dict[str, Any] = field(default_factory=dict)
     records: int = 0
     events: int = 0
@@ -38,9 +41,6 @@ class Commit:
     same_offset: bool = False  # no new record, but changes (a hand-off taken over, a plan)
     announce: dict[str, ShardPlan] = field(default_factory=dict)
     closing: list[str] = field(default_factory=list)
-    # The partition's state the batch was planned on: its write sinks that state's values, even when the
-    # worker has released the partition or claimed it again since.
-    owned: Owned | None = None
 
     @property
     def due(self) -> bool:
