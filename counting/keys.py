@@ -126,10 +126,12 @@ def viewers_sketch(video_id: str, bucket: int) -> str:
     return f"{PREFIX}:{video_tag(video_id)}:hll:{bucket}"
 
 
-def shards(video_id: str) -> str:
-    """The shard plan of a hot video (`values.ShardPlan`; absent: 1 shard), set once by the counter of
-    the video's home partition."""
-    return f"{PREFIX}:{video_tag(video_id)}:shards"
+def shard_plans() -> str:
+    """The hot videos' shard plans, a hash: video -> `values.ShardPlan` (a video left out has 1 shard),
+    each set once by the counter of the video's home partition. Every ingest process reads it whole
+    (`ingest.publisher.ShardPlans`): one read a second serves every video, where a key a video took
+    a read per video."""
+    return f"{PREFIX}:shard-plans"
 
 
 def handoff(video_id: str, partition: int) -> str:

@@ -106,7 +106,7 @@ def latest(reactions: list[Reaction]) -> Reaction | None:
 
 @dataclass(frozen=True)
 class ShardPlan:
-    """A video's shard count and the ingestion time it holds from (`keys.shards`): an event ingested
+    """A video's shard count and the ingestion time it holds from (`keys.shard_plans`): an event ingested
     earlier is routed with one shard. A plan without a time (the first layout) holds always."""
 
     shards: int = 1

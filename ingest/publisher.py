@@ -57,93 +57,64 @@ def shard_for(event: Event, plan: ShardPlan) -> int:
     return shard_of(event, plan.shards_at(event.ingest_ts or 0))
 
 
-class ShardCounts:
-    """The shard counts of videos, read from Redis (`keys.shards`) and trusted for SHARDS_TTL_S; a
-    video without one, or a Redis that does not answer, has one shard.
+class ShardPlans:
+    """The hot videos' shard plans (`keys.shard_plans`), read whole from Redis and trusted for
+    SHARDS_TTL_S; a video left out, or every video while Redis does not answer, has one shard.
 
-    A count past half its time is read again in the background (one MGET for all such videos at a
-    time) while it is still used, so a video asked for more often than that never waits on Redis.
+    One read serves every video and every request: past half its time the table is read again in
+    the background while it is still used; past its time a write waits for the read (one read for
+    all the writes waiting), so no write routes by plans older than SHARDS_TTL_S while Redis answers.
     """
 
     def __init__(self, client: aioredis.Redis | None, clock: Callable[[], float] = time.monotonic) -> None:
         self._client = client
         self._clock = clock
-        self._cache: dict[str, tuple[ShardPlan, float]] = {}  # video -> (plan, when it was read)
+        self._plans: dict[str, ShardPlan] = {}
+        self._read_at = -SHARDS_TTL_S  # never read: the first write waits for a read
         self._quiet_until = 0.0
-        self._due: set[str] = set()
-        self._refresher: asyncio.Task[None] | None = None
+        self._reading: asyncio.Task[None] | None = None
 
-    async def of(self, videos: set[str]) -> dict[str, ShardPlan]:
+    async def current(self) -> dict[str, ShardPlan]:
+        """video -> its plan, for the videos with more than one shard (`.get(video, ONE_SHARD)`)."""
         now = self._clock()
-        found: dict[str, ShardPlan] = {}
-        stale: list[str] = []
-        ageing: list[str] = []
-        for video in videos:
-            cached = self._cache.get(video)
-            if cached is None or now - cached[1] >= SHARDS_TTL_S:
-                stale.append(video)
-                continue
-            found[video] = cached[0]
-            if now - cached[1] >= SHARDS_TTL_S / 2:
-                ageing.append(video)
-        if ageing and now >= self._quiet_until:
-            self._refresh_soon(ageing)
-        if stale:
-            found.update(await self._read(stale))
-        return found
+        age = now - self._read_at
+        if age >= SHARDS_TTL_S / 2 and self._client is not None and now >= self._quiet_until:
+            reading = self._reading
+            if reading is None or reading.done():
+                reading = self._reading = asyncio.get_running_loop().create_task(self._read())
+            if age >= SHARDS_TTL_S:
+                await asyncio.shield(reading)  # a cancelled write leaves the read to the others
+        return self._plans
 
-    def _refresh_soon(self, videos: list[str]) -> None:
-        self._due.update(videos)
-        if self._refresher is None or self._refresher.done():
-            self._refresher = asyncio.get_running_loop().create_task(self._refresh())
-
-    async def _refresh(self) -> None:
-        while self._due:
-            videos, self._due = list(self._due), set()
-            await self._read(videos)
-
-    async def _read(self, videos: list[str]) -> dict[str, ShardPlan]:
-        """Read the plans of `videos` into the cache; where Redis does not answer (or is left
-        alone for REDIS_BACKOFF_S after it failed), the cached plan, else one shard."""
-        now = self._clock()
-        if self._client is not None and now >= self._quiet_until:
-            try:
-                values = await self._get_each([keys.shards(v) for v in videos])
-            except (RedisError, OSError) as exc:
-                self._quiet_until = now + REDIS_BACKOFF_S
-                log.warning("shards_unavailable", error=repr(exc), retry_in_s=REDIS_BACKOFF_S)
-            else:
-                if len(self._cache) > 100_000:
-                    self._cache.clear()
-                for video, value in zip(videos, values, strict=True):
-                    self._cache[video] = (_plan_of(video, value), now)
-        return {video: self._cache.get(video, (ONE_SHARD, 0.0))[0] for video in videos}
-
-    async def _get_each(self, names: list[str]) -> list[bytes | None]:
-        """The keys' values in one round trip: one MGET on a single Redis (a pipeline of GETs costs
-        the client about eight times the CPU a key); on a Redis Cluster, where the videos' keys lie in
-        different slots, a pipeline sends each GET to the node of its slot."""
+    async def _read(self) -> None:
+        """Read every plan; where Redis does not answer, keep the plans read last and leave Redis
+        alone for REDIS_BACKOFF_S."""
         assert self._client is not None
-        if not isinstance(self._client, aioredis.RedisCluster):
-            return cast(list[bytes | None], await self._client.mget(names))
-        async with self._client.pipeline(transaction=False) as pipe:
-            for name in names:
-                pipe.get(name)
-            return cast(list[bytes | None], await pipe.execute())
+        began = self._clock()
+        try:
+            raw = cast(dict[bytes, bytes], await self._client.hgetall(keys.shard_plans()))
+        except (RedisError, OSError) as exc:
+            self._quiet_until = self._clock() + REDIS_BACKOFF_S
+            log.warning("shards_unavailable", error=repr(exc), retry_in_s=REDIS_BACKOFF_S)
+            return
+        plans = {}
+        for video, value in raw.items():
+            name = video.decode()
+            plans[name] = _plan_of(name, value)
+        self._plans = plans
+        self._read_at = began
 
     async def close(self) -> None:
-        if self._refresher is not None:
-            self._refresher.cancel()
+        if self._reading is not None:
+            self._reading.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._refresher
+                await self._reading
         if self._client is not None:
             await self._client.aclose()
 
 
-def _plan_of(video: str, value: bytes | None) -> ShardPlan:
+def _plan_of(video: str, value: bytes) -> ShardPlan:
     """A video's plan as read; one shard (and a warning) for a value of an unknown layout."""
-    if value is None:
-        return ONE_SHARD
     try:
         return decode_shard_plan(value)
     except UnknownLayout as exc:
@@ -159,7 +130,7 @@ class Publisher:
     """
 
     def __init__(
-        self, settings: Settings, clock: Callable[[], int] = now_ms, shards: ShardCounts | None = None
+        self, settings: Settings, clock: Callable[[], int] = now_ms, shards: ShardPlans | None = None
     ) -> None:
         self._settings = settings
         self._clock = clock
@@ -168,7 +139,7 @@ class Publisher:
         self._producer: AIOKafkaProducer | None = None
         self._partitions = 0
         self._next_attempt = 0.0
-        self._shards = shards or ShardCounts(
+        self._plans = shards or ShardPlans(
             redisconn.async_client(
                 settings, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S
             )
@@ -213,7 +184,7 @@ class Publisher:
         if self._producer is not None:
             await self._producer.stop()
             self._producer = None
-        await self._shards.close()
+        await self._plans.close()
 
     async def _partition_count(self, producer: AIOKafkaProducer) -> int:
         if not self._partitions:
@@ -244,7 +215,7 @@ class Publisher:
             async with self._lock:
                 producer = self._producer or await self._connect()
         timeout = self._settings.delivery_timeout_ms / 1000
-        shards = await self._shards.of({e.video_id for e in events})
+        plans = await self._plans.current()
         try:
             # One deadline for the whole write: waiting for the lock, the partition count, room in
             # the producer's buffer and the acknowledgements (a paused broker is refused in time).
@@ -259,7 +230,7 @@ class Publisher:
                     grouped: dict[int, tuple[bytes, list[Event]]] = {}
                     for event in written:
                         key = record_key(
-                            event.video_id, shard_for(event, shards.get(event.video_id, ONE_SHARD))
+                            event.video_id, shard_for(event, plans.get(event.video_id, ONE_SHARD))
                         )
                         grouped.setdefault(partition_for(key, partitions), (key, []))[1].append(event)
                     futures = [

@@ -88,10 +88,10 @@ def _route(viewer: str) -> int:
 
 async def announce(client: aioredis.Redis, plans: dict[str, ShardPlan]) -> None:
     """Publish shard plans for the ingest API (set again after a restore: the same values)."""
-    async with client.pipeline(transaction=False) as pipe:
-        for video, plan in plans.items():
-            pipe.set(keys.shards(video), encode_shard_plan(plan))
-        await pipe.execute()
+    if plans:
+        await client.hset(
+            keys.shard_plans(), mapping={video: encode_shard_plan(plan) for video, plan in plans.items()}
+        )
 
 
 async def hand_off(client: aioredis.Redis, video: str, moved: dict[int, dict[str, bytes]]) -> None:

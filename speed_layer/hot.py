@@ -2,9 +2,8 @@
 the shard count to ask for, so one viral video spreads over partitions and workers.
 
 A video whose velocity passes `hot_video_events_per_sec` has its shard count doubled (at most once a
-second, capped at `max_video_shards`); the count lives in Redis at `keys.shards(video)` with a
-time to live that every hot micro-batch renews, so it only grows while the video is hot and falls
-back to one partition some minutes after it cooled down.
+second, capped at `max_video_shards`); the counter of the video's home partition plans it once and
+publishes the plan in `keys.shard_plans()`, which every ingest process reads whole.
 """
 
 from __future__ import annotations

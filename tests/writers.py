@@ -25,7 +25,7 @@ from counting.event import Event, stamped
 from counting.settings import Settings
 from counting.values import ShardPlan, decode_shard_plan
 from counting.wire import encode_events, partition_for, record_key
-from ingest.publisher import ShardCounts, shard_for
+from ingest.publisher import ShardPlans, shard_for
 from ingest.reactions import ReactionState
 from speed_layer.archiver import ParquetLog
 from speed_layer.deadletter import DeadLetter
@@ -63,7 +63,7 @@ class Writers:
         self._counted = 0  # records of the topic the counter has consumed
         self._archived = 0
         self._claimed = False
-        self._shards = ShardCounts(self._redis)
+        self._shards = ShardPlans(self._redis, clock)  # the harness's time ages the plans read
         self._reactions = ReactionState(self._redis)
         self._counter = new_counter(settings, self._redis, _no_dead_letters, clock)
         self._log = ParquetLog(settings.raw_dir, settings.events_topic)
@@ -93,10 +93,10 @@ class Writers:
     def _publish(self, request: list[Event]) -> list[Record]:
         """The events of one request (one ingest_ts): one record per partition, keyed by video or,
         for a hot video, by shard (as `ingest.publisher.Publisher.publish` sends them)."""
-        shards = self._runner.run(self._shards.of({e.video_id for e in request}))
+        plans = self._runner.run(self._shards.current())
         grouped: dict[int, tuple[bytes, list[Event]]] = {}
         for event in request:
-            key = record_key(event.video_id, shard_for(event, shards.get(event.video_id, ShardPlan())))
+            key = record_key(event.video_id, shard_for(event, plans.get(event.video_id, ShardPlan())))
             grouped.setdefault(partition_for(key, self.settings.topic_partitions), (key, []))[1].append(event)
         published = []
         for partition, (key, batch) in sorted(grouped.items()):
@@ -256,7 +256,7 @@ def heat(settings: Settings, video: str, seconds: int = 2) -> ShardPlan:
             now[0] += 1.0
     client = redis.Redis.from_url(settings.redis_url)
     try:
-        raw = client.get(keys.shards(video))
+        raw = client.hget(keys.shard_plans(), video)
     finally:
         client.close()
     assert raw is not None, f"{video} was not planned hot after {seconds} s of heat"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import msgspec
 import pytest
@@ -15,7 +16,7 @@ from counting.event import Event
 from counting.settings import Settings
 from counting.values import ShardPlan
 from counting.wire import decode_events, partition_for, record_key
-from ingest.publisher import Publisher, ShardCounts, shard_of
+from ingest.publisher import ONE_SHARD, Publisher, ShardPlans, shard_of
 from tally.services import free_port
 from tally.topics import ensure_topics
 from tests.writers import heat
@@ -111,7 +112,17 @@ async def test_a_hot_videos_events_spread_over_partitions_by_viewer(
 
 
 async def test_without_redis_every_video_has_one_shard() -> None:
-    counts = ShardCounts(redis.asyncio.Redis.from_url(f"redis://127.0.0.1:{free_port()}/0"))
-    assert await counts.of({"a", "b"}) == {"a": ShardPlan(1), "b": ShardPlan(1)}
-    assert await counts.of({"a"}) == {"a": ShardPlan(1)}  # backing off: no second attempt
-    await counts.close()
+    away = redis.asyncio.Redis.from_url(f"redis://127.0.0.1:{free_port()}/0")
+    tried = []
+    real_read = away.hgetall
+
+    async def hgetall(name: str) -> Any:
+        tried.append(name)
+        return await real_read(name)
+
+    away.hgetall = hgetall  # type: ignore[method-assign]
+    plans = ShardPlans(away)
+    assert (await plans.current()).get("a", ONE_SHARD) == ShardPlan(1)
+    assert (await plans.current()).get("b", ONE_SHARD) == ShardPlan(1)
+    assert len(tried) == 1  # backing off: no second attempt
+    await plans.close()

@@ -26,7 +26,7 @@ from counting.settings import Settings, settings_env
 from counting.values import ShardPlan
 from ingest.app import create_app
 from ingest.auth import issue_token
-from ingest.publisher import SHARDS_TTL_S, ShardCounts
+from ingest.publisher import ONE_SHARD, SHARDS_TTL_S, ShardPlans
 from ingest.ratelimit import Limit, RateLimiter, Refusal
 from ingest.reactions import ReactionState
 from tally.services import free_port, wait_for_port
@@ -136,25 +136,21 @@ async def test_reactions_latest_wins_and_survive_a_script_flush(
 
 
 class _CountingRedis:
-    """An asyncio Redis whose reads (one pipeline or MGET each) are counted."""
+    """An asyncio Redis whose reads of the shard plans are counted."""
 
     def __init__(self, client: aioredis.Redis) -> None:
         self.client = client
         self.reads = 0
 
-    def pipeline(self, transaction: bool = True) -> Any:
+    async def hgetall(self, name: str) -> dict[bytes, bytes]:
         self.reads += 1
-        return self.client.pipeline(transaction=transaction)
-
-    async def mget(self, names: list[str]) -> list[bytes | None]:
-        self.reads += 1
-        return await self.client.mget(names)  # type: ignore[no-any-return]
+        return await self.client.hgetall(name)  # type: ignore[no-any-return]
 
     async def aclose(self) -> None:
         await self.client.aclose()
 
 
-async def test_shard_counts_are_read_ahead_of_their_expiry(
+async def test_shard_plans_are_read_whole_once_for_every_write_and_ahead_of_their_expiry(
     settings: Settings, redis_client: redis.Redis
 ) -> None:
     hot = settings.model_copy(update={"hot_video_events_per_sec": 10})
@@ -170,24 +166,27 @@ async def test_shard_counts_are_read_ahead_of_their_expiry(
 
     counting = _CountingRedis(aioredis.Redis.from_url(settings.redis_url))
     clock = [1_000.0]
-    counts = ShardCounts(counting, clock=lambda: clock[0])  # type: ignore[arg-type]
+    plans = ShardPlans(counting, clock=lambda: clock[0])  # type: ignore[arg-type]
     four = await heated_to(4)
-    assert await counts.of({"hot", "cold"}) == {"hot": four, "cold": ShardPlan(1)}
+    # Ten writes waiting at once for the first read: one read serves them all, and every video.
+    answers = await asyncio.gather(*(plans.current() for _ in range(10)))
+    assert all(answer == {"hot": four} for answer in answers)
+    assert answers[0].get("cold", ONE_SHARD) == ShardPlan(1)
     assert counting.reads == 1
     eight = await heated_to(8)
     clock[0] += SHARDS_TTL_S * 0.6  # still trusted: answered at once, read again in the background
-    assert await counts.of({"hot"}) == {"hot": four}
+    assert await plans.current() == {"hot": four}
     deadline = time.monotonic() + 5
     while counting.reads < 2 and time.monotonic() < deadline:
         await asyncio.sleep(0.01)
     assert counting.reads == 2
-    assert await counts.of({"hot"}) == {"hot": eight}
+    assert await plans.current() == {"hot": eight}
     assert counting.reads == 2
     clock[0] += SHARDS_TTL_S  # expired: read before it is used
     sixteen = await heated_to(16)
-    assert await counts.of({"hot"}) == {"hot": sixteen}
+    assert await plans.current() == {"hot": sixteen}
     assert counting.reads == 3
-    await counts.close()
+    await plans.close()
 
 
 def test_the_single_route_refuses_naming_the_address_scope(settings: Settings, broker: str) -> None:

@@ -618,7 +618,7 @@ async def _move_a_hot_video(
         if batch:
             now[0] = max(e.ingest_ts or 0 for r in batch for e in Traffic.decode(r)) / 1000
             await at_home.handle(batch)
-    raw = redis_client.get(keys.shards("viral"))
+    raw = redis_client.hget(keys.shard_plans(), "viral")
     assert raw is not None, "the home partition planned the hot video's shards"
     plan = decode_shard_plan(raw)
     assert plan.shards == 8 and plan.active_from > T0
@@ -683,7 +683,7 @@ async def _after_a_hot_videos_move(
         update={"topic_partitions": 4, "hot_video_events_per_sec": 20, "max_video_shards": 8}
     )
     events, records = await _move_a_hot_video(hot, aclient, redis_client)
-    plan = decode_shard_plan(redis_client.get(keys.shards("viral")) or b"")
+    plan = decode_shard_plan(redis_client.hget(keys.shard_plans(), "viral") or b"")
     offsets: dict[int, int] = {}
     for record in records:
         offsets[record.partition] = max(offsets.get(record.partition, 0), record.offset + 1)
@@ -797,14 +797,14 @@ async def test_a_rebuild_reads_a_hot_videos_plan_from_the_log(
     )
     events, records = await _move_a_hot_video(hot, aclient, redis_client)
     ParquetLog(hot.raw_dir, hot.events_topic).write(records)
-    plan = decode_shard_plan(redis_client.get(keys.shards("viral")) or b"")
+    plan = decode_shard_plan(redis_client.hget(keys.shard_plans(), "viral") or b"")
     redis_client.flushdb()
 
     await rebuild(hot, aclient)
 
     _at_every_edge(redis_client, hot, events)
     await _watching_equals_the_oracle(aclient, "viral", events)
-    rebuilt = decode_shard_plan(redis_client.get(keys.shards("viral")) or b"")
+    rebuilt = decode_shard_plan(redis_client.hget(keys.shard_plans(), "viral") or b"")
     moved_first = min(_first_ingest(r) for r in records if r.partition != home_of("viral", 4))
     assert rebuilt.shards == plan.shards and plan.active_from <= rebuilt.active_from <= moved_first
 
