@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
-from fastapi import APIRouter, Header, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from counting.errors import InvalidEvent
@@ -24,6 +24,17 @@ from ingest.routes import SINGLE_ROUTES
 from ingest.schemas import ANSWERS, SINGLE_DESCRIPTION, single_body
 
 Admit = Callable[[str, str], Awaitable[None]]
+# The parameters each user route reads from the request itself (see `_single`), as FastAPI would
+# document them declared.
+PARAMETERS = [
+    {"in": "path", "name": "video_id", "required": True, "schema": {"title": "Video Id", "type": "string"}},
+    {
+        "in": "header",
+        "name": "authorization",
+        "required": False,
+        "schema": {"anyOf": [{"type": "string"}, {"type": "null"}], "title": "Authorization"},
+    },
+]
 
 
 def _admission(settings: Settings, limiter: RateLimiter) -> Admit:
@@ -68,10 +79,12 @@ def _single(
 ) -> Any:
     """The handler of the route writing `event_type` (named `handler`: the operation ids say so)."""
 
-    async def handler(
-        video_id: str, request: Request, authorization: Annotated[str | None, Header()] = None
-    ) -> JSONResponse:
-        user_id = verify_token(settings.user_token_secret, authorization)
+    async def handler(request: Request) -> JSONResponse:
+        # The path's video and the Authorization header read here, not declared as parameters:
+        # FastAPI's solving of declared ones took 13 % of the ingest process's CPU at 800 likes/s
+        # (py-spy). `PARAMETERS` documents them.
+        video_id = request.path_params["video_id"]
+        user_id = verify_token(settings.user_token_secret, request.headers.get("authorization"))
         peer = request.client.host if request.client else None
         ip = client_address(peer, request.headers.getlist("x-forwarded-for"), proxies)
         await admit(ip or peer or "unknown", user_id)
@@ -118,7 +131,7 @@ def single_router(
             methods=[method],
             status_code=202,
             responses=ANSWERS,
-            openapi_extra=single_body(event_type),
+            openapi_extra={**single_body(event_type), "parameters": PARAMETERS},
             summary=f"{method} one {event_type} event",
             description=SINGLE_DESCRIPTION,
         )
