@@ -256,6 +256,11 @@ def _summary(runs: dict[int, dict[str, Any]]) -> dict[str, Any]:
         "like_requests_per_s": closed["rps"] if closed else best_paced,
         "single_event_p99_ms": single["p99_ms"] if single else None,
         "batch_events_per_s": first["batches"]["events_per_s"],
+        # CPU of the ingest processes a like (at the reference rate) and a batch event; the broker's
+        # a batch event.
+        "like_ingest_cpu_us": like["ingest_cpu_us_per_request"] if like else None,
+        "batch_ingest_cpu_us_per_event": first["batches"]["ingest_cpu_us_per_event"],
+        "broker_cpu_us_per_event": first["batches"]["broker_cpu_us_per_event"],
         "per_workers": per_workers,
         "lost_acknowledged_writes": sum(r["check"]["lost_acknowledged_writes"] for r in runs.values()),
         "ok": all(r["check"]["ok"] for r in runs.values()),

@@ -114,6 +114,7 @@ class CpuMeter:
         shares["machine_busy"] = round(busy / max(1, total), 3)
         return {
             "ingest_cpu_us_per_request": round(used["ingest"] / max(1.0, requests) * 1e6),
+            "broker_cpu_us_per_request": round(used.get("broker", 0.0) / max(1.0, requests) * 1e6),
             "cpu_share_of_machine": shares,
         }
 
@@ -202,6 +203,7 @@ def batches(settings: Settings, prefix: str, seconds: float, senders: int, meter
     ordered = sorted(latencies) or [0.0]
     cpu = meter.figures(len(acked))
     cpu["ingest_cpu_us_per_event"] = round(cpu["ingest_cpu_us_per_request"] / BATCH_SIZE, 1)
+    cpu["broker_cpu_us_per_event"] = round(cpu["broker_cpu_us_per_request"] / BATCH_SIZE, 1)
     return {
         "senders": senders,
         "batch_size": BATCH_SIZE,

@@ -19,7 +19,15 @@ def test_quick_ingest_bench_reports_its_figures_and_loses_nothing(tmp_path: Path
     out = tmp_path / "ingest.json"
     result = ingest.main(["--quick", "--out", str(out)])
     assert json.loads(out.read_text()) == result
-    for field in ("like_p99_ms", "like_requests_per_s", "single_event_p99_ms", "batch_events_per_s"):
+    for field in (
+        "like_p99_ms",
+        "like_requests_per_s",
+        "single_event_p99_ms",
+        "batch_events_per_s",
+        "like_ingest_cpu_us",
+        "batch_ingest_cpu_us_per_event",
+        "broker_cpu_us_per_event",
+    ):
         assert result[field] > 0, field
     assert set(result["per_workers"]) == {"1", "2"}
     for figures in result["per_workers"].values():
