@@ -25,7 +25,7 @@ from counting.catalog import make_catalog
 from counting.logschema import LOG_COLUMNS
 from counting.traffic import BROWSERS, DEFAULT_START_MS, HEADLESS_AGENTS
 from counting.traffic_clients import datacenter_address, home_address, mix
-from speed_layer.archiver import write_log_file
+from speed_layer.archiver.archiver import write_log_file
 
 _ARROW = {"string": pa.string(), "int64": pa.int64(), "double": pa.float64()}
 LOG_SCHEMA = pa.schema([(name, _ARROW[kind]) for name, kind in LOG_COLUMNS])

@@ -54,10 +54,10 @@ from counting.bots import BotFilter, filter_of
 from counting.event import Event, parse_event, stamped
 from counting.settings import Settings
 from counting.traffic import BOT_KINDS, HUMAN, TrafficConfig, generate
-from speed_layer.archiver import ParquetLog
+from speed_layer.archiver.archiver import ParquetLog
+from speed_layer.counter.state_counter import StateCounter
 from speed_layer.deadletter import DeadLetter
 from speed_layer.records import Record
-from speed_layer.state_counter import StateCounter
 from tally.speedview import speed_totals
 from warehouse.explanations import FLAGGED
 

@@ -40,9 +40,9 @@ from counting.redisconn import async_client
 from counting.settings import Settings
 from serving_layer.speed import platform_counts
 from speed_layer import heap
+from speed_layer.counter.state_counter import StateCounter
 from speed_layer.records import Record
-from speed_layer.state import PartitionState
-from speed_layer.state_counter import StateCounter
+from speed_layer.state.partition import PartitionState
 from tally.services import free_port, start_redis
 
 RESULTS = Path(__file__).parent / "results"

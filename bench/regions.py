@@ -50,7 +50,7 @@ from bench.machine import machine
 from counting import oracle, redisconn, rules
 from counting.event import REACTION_TYPES, Event
 from counting.settings import Settings
-from speed_layer.rebuild import rebuild
+from speed_layer.counter.rebuild import rebuild
 from tally.loadgen import post_traffic
 from tally.operations import bring_down, start_one, stop_one
 from tally.pipeline import latest_closed_cutoff

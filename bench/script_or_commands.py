@@ -1,5 +1,5 @@
 """What Redis spends on the sink's per-event writes sent through a Lua script against the same
-writes sent as plain commands (why `speed_layer/sink.py` sends them as commands).
+writes sent as plain commands (why `speed_layer/sink/sink.py` sends them as commands).
 
 `python -m bench.script_or_commands [--elements N] [--rounds R]` starts a redis-server of its own,
 then writes R videos' worth of N viewers (HSET digest -> first bucket) and N sessions (ZADD GT

@@ -19,8 +19,8 @@ from bench.soak_load import LoadFigures, MemorySampler
 from counting import keys, oracle, redisconn
 from counting.event import event_from_dict, stamped
 from counting.settings import Settings
-from speed_layer.partition_store import PartitionStore
-from speed_layer.state import PartitionState
+from speed_layer.state.partition import PartitionState
+from speed_layer.state.partition_store import PartitionStore
 from tally.speedview import speed_totals
 
 GROWTH_FACTOR = 1.5

@@ -46,8 +46,8 @@ from counting import keys
 from counting.event import Event
 from counting.settings import Settings
 from counting.wire import decode_events
-from speed_layer.partition_store import PartitionStore
-from speed_layer.state import PartitionState
+from speed_layer.state.partition import PartitionState
+from speed_layer.state.partition_store import PartitionStore
 from tally.services import free_port, free_ports, start_broker, start_redis, stop_process
 from tally.stack import settings_env
 from tally.topics import ensure_topics
@@ -250,7 +250,7 @@ def _scenario(
         )
     _empty_redis(settings.redis_url)  # the counter starts from an empty Redis, as the floors did
     # The traffic starts sharded: as if each hot video's home had handed its viewers over already
-    # (nothing to move), so its shards count from the first record (speed_layer/handoff.py).
+    # (nothing to move), so its shards count from the first record (speed_layer/counter/handoff.py).
     client = redis.Redis.from_url(settings.redis_url)
     for video in shards:
         client.set(keys.handoff_closed(video), "1")

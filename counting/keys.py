@@ -28,7 +28,7 @@ def viewers(video_id: str) -> str:
 
 def reactions(video_id: str) -> str:
     """Hash user_id -> the reactions that decide the user's state in some bucket, as the counter
-    keeps them (`values.decode_history`; written by `speed_layer/sink.py`)."""
+    keeps them (`values.decode_history`; written by `speed_layer/sink/sink.py`)."""
     return f"{PREFIX}:{video_tag(video_id)}:reactions"
 
 
@@ -116,7 +116,7 @@ def partition_state(topic: str, partition: int, part: str) -> str:
     offset committed), `sunk` (the last offset whose counts reached the read keys), `owner` (the
     generation of the worker that owns it), `log` (the changelog: a list of entries from the
     snapshot's first batch on), `chunks` (the snapshot: a list of chunks), `chunks:next` and
-    `chunks:mark` (a snapshot being built, `speed_layer/snapshot.py`) and `snapshot` (the whole
+    `chunks:mark` (a snapshot being built, `speed_layer/state/snapshot.py`) and `snapshot` (the whole
     snapshot an earlier version wrote, read until the first build replaces it)."""
     return f"{PREFIX}:{partition_tag(topic, partition)}:{part}"
 
@@ -136,7 +136,7 @@ def shard_plans() -> str:
 
 def handoff(video_id: str, partition: int) -> str:
     """Hash `table SEP key` -> value: the state of a hot video's viewers that its shard plan moves to
-    `partition`, written by the counter of the video's home partition (`speed_layer.handoff`)."""
+    `partition`, written by the counter of the video's home partition (`speed_layer.counter.handoff`)."""
     return f"{PREFIX}:{video_tag(video_id)}:handoff:{partition}"
 
 

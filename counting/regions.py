@@ -1,7 +1,7 @@
 """Several regions (decision 0006): what one region tells the others of its counts, and the merge.
 
 A component is one partition's part of a video's bucket in one region: absolute counts as of the
-partition's offset, its version (`speed_layer/sink.lua` keeps the same parts of local partitions).
+partition's offset, its version (`speed_layer/sink/sink.lua` keeps the same parts of local partitions).
 The merge keeps, per identity, the component of the greatest version: a join on a total order, so
 merging is idempotent, commutative and associative, and a delayed, repeated or reordered exchange
 changes nothing. Reactions do not cross as counts: a pair's state is its latest reaction event by

@@ -28,7 +28,7 @@ IMPOSSIBLE_AGENT = "impossible_agent"
 AGENT_ROTATION = "agent_rotation"
 # The order of the signals: ties between equally heavy signals go to the first (the reason). A new
 # signal goes at the end: the speed layer's markers keep a verdict as its place here
-# (`speed_layer/judge.py`, VERDICTS).
+# (`speed_layer/counter/judge.py`, VERDICTS).
 REASONS: tuple[str, ...] = (
     SCRIPTED_AGENT,
     ADDRESS_VELOCITY,

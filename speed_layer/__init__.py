@@ -7,15 +7,15 @@ from counting.requires import require
 
 require("faust", "speed", __name__)
 
-from speed_layer.archiver import ArchiveReport, ParquetLog, file_name, hour_dir
+from speed_layer.archiver.archiver import ArchiveReport, ParquetLog, file_name, hour_dir
+from speed_layer.archiver.watermark import BrokerEndOffsets, Watermark
+from speed_layer.counter.hot import HotVideos
+from speed_layer.counter.state_counter import StateCounter
+from speed_layer.counter.stream import BatchReport, PlannedBatch, WriteResult, count_stream
+from speed_layer.counter.windows import ViewWindows
 from speed_layer.deadletter import DeadLetter, dead_letter_of
 from speed_layer.errors import PoisonRecord, SpeedLayerError
-from speed_layer.hot import HotVideos
 from speed_layer.records import Record, decode_record
-from speed_layer.state_counter import StateCounter
-from speed_layer.stream import BatchReport, PlannedBatch, WriteResult, count_stream
-from speed_layer.watermark import BrokerEndOffsets, Watermark
-from speed_layer.windows import ViewWindows
 
 __all__ = [
     "ArchiveReport",

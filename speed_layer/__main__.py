@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
     from counting.settings import Settings
 
     if args.worker == "replicator":
-        from speed_layer.replicator import run_replicator
+        from speed_layer.regions.replicator import run_replicator
 
         sys.exit(run_replicator(Settings(), args.loglevel))
     sys.exit(

@@ -20,15 +20,15 @@ from counting import redisconn
 from counting.regions import Exchange, encode_exchange
 from counting.settings import Settings
 from speed_layer import heap, logs
-from speed_layer.archive_worker import ArchiveWorker
-from speed_layer.archiver import ParquetLog
+from speed_layer.archiver.archive_worker import ArchiveWorker
+from speed_layer.archiver.archiver import ParquetLog
+from speed_layer.archiver.watermark import BrokerEndOffsets, Watermark
+from speed_layer.counter.state_counter import StateCounter
+from speed_layer.counter.stream import Consumed, count_stream
 from speed_layer.deadletter import DeadLetter
 from speed_layer.fetch_wait import shorten_fetch_wait
 from speed_layer.records import Record
-from speed_layer.regions import Publish
-from speed_layer.state_counter import StateCounter
-from speed_layer.stream import Consumed, count_stream
-from speed_layer.watermark import BrokerEndOffsets, Watermark
+from speed_layer.regions.regions import Publish
 
 MAX_COUNTER_RECORDS = 1_000
 # The longest the broker may hold the counter's fetch when it has nothing new (speed_layer/fetch_wait.py).

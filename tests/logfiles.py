@@ -15,7 +15,7 @@ from counting import oracle
 from counting.bots import SHIPPED, BotFilter
 from counting.event import Event
 from counting.logschema import LOG_COLUMNS
-from speed_layer.archiver import write_log_file
+from speed_layer.archiver.archiver import write_log_file
 from warehouse.baseline import BaselineRow
 
 _ARROW_TYPES = {"string": pa.string(), "int64": pa.int64(), "double": pa.float64()}

@@ -27,12 +27,12 @@ from counting.values import ShardPlan, decode_shard_plan
 from counting.wire import encode_events, partition_for, record_key
 from ingest.publisher import ShardPlans, shard_for
 from ingest.reactions import ReactionState
-from speed_layer.archiver import ParquetLog
+from speed_layer.archiver.archiver import ParquetLog
+from speed_layer.archiver.watermark import Watermark
+from speed_layer.counter.state_counter import StateCounter
+from speed_layer.counter.stream import BatchReport, SendDeadLetter
 from speed_layer.deadletter import DeadLetter
 from speed_layer.records import Record
-from speed_layer.state_counter import StateCounter
-from speed_layer.stream import BatchReport, SendDeadLetter
-from speed_layer.watermark import Watermark
 
 SparkProvider = Callable[[], SparkSession]
 TEST_SPARK_MASTER = "local[2]"

@@ -138,7 +138,7 @@ def speed_rebuild(
     from rich.progress import Progress
 
     from counting import redisconn
-    from speed_layer.rebuild import archived_records, rebuild
+    from speed_layer.counter.rebuild import archived_records, rebuild
 
     settings = settings_of(data_dir)
 

@@ -14,7 +14,7 @@ from batch_layer.totals import daily_video_counts
 from batch_layer.transform import classify, transform
 from counting import bots, rules
 from counting.event import Event
-from speed_layer.seen import fingerprint
+from speed_layer.state.seen import fingerprint
 from warehouse.baseline import COUNT_COLUMNS, REJECTED_COLUMNS
 
 pytestmark = pytest.mark.slow

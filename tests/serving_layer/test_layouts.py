@@ -16,9 +16,9 @@ from counting.settings import Settings
 from counting.wire import encode_events
 from ingest.reactions import ReactionState
 from serving_layer.app import create_app
-from speed_layer.handoff import home_of
+from speed_layer.counter.handoff import home_of
+from speed_layer.counter.state_counter import StateCounter
 from speed_layer.records import Record
-from speed_layer.state_counter import StateCounter
 from tests.speed_layer.helpers import no_dead_letters
 
 T0 = 1_795_000_000_000

@@ -33,7 +33,7 @@ TRAFFIC_START_S = 120  # the generated traffic starts this long ago and lasts 60
 
 
 def _traffic() -> list[Event]:
-    """The platform-counts traffic (tests/speed_layer/test_platform_counts.py): a fifth of it from
+    """The platform-counts traffic (tests/speed_layer/counter/test_platform_counts.py): a fifth of it from
     bots, retries and late sessions; the speed layer and the oracle agree on it exactly."""
     start = time.time_ns() // 1_000_000 - TRAFFIC_START_S * 1_000
     config = TrafficConfig(

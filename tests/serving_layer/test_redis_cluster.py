@@ -15,7 +15,7 @@ from counting import oracle
 from counting.catalog import CatalogRow
 from counting.settings import Settings
 from serving_layer.app import create_app
-from speed_layer.state import EXACT_VIEWERS_LIMIT
+from speed_layer.state.partition import EXACT_VIEWERS_LIMIT
 from tests.serving_layer.conftest import Events
 from tests.speed_layer.helpers import Traffic
 from tests.writers import Writers, closed_bucket

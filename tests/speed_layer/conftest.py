@@ -14,7 +14,7 @@ import redis.asyncio as aioredis
 
 from counting.redisconn import sync_client
 from counting.settings import Settings
-from speed_layer import sink
+from speed_layer.sink import sink
 from tests.speed_layer.helpers import ROOT, OnRedis, WorkerProcess, worker_env
 
 

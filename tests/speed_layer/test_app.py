@@ -14,7 +14,7 @@ from counting.settings import Settings
 from counting.wire import encode_events
 from speed_layer import heap
 from speed_layer.app import WorkerOptions, app_id, create_counter_app
-from speed_layer.state_counter import StateCounter
+from speed_layer.counter.state_counter import StateCounter
 from tests.speed_layer.helpers import Traffic, speed_counts
 
 pytestmark = pytest.mark.integration

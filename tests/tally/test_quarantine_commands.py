@@ -21,7 +21,7 @@ from counting.event import Event
 from counting.settings import Settings
 from counting.traffic import TrafficConfig
 from serving_layer.app import create_app
-from speed_layer.archiver import write_log_file
+from speed_layer.archiver.archiver import write_log_file
 from tally.cli import app
 from tests.batch_layer.test_batch_payouts import MIDNIGHT, traffic_events
 from tests.writers import writers
