@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 # What the state counter does: `write` compresses a snapshot in a thread while the loop encodes the
 # next micro-batches' changelog entries. Run in a process of its own, so a crash fails this test
