@@ -167,7 +167,9 @@ class StateCounter:
             restored = state.offset
             resink = None if last is None else (last, self._plan_sink(last, state, partition))
             self.owned[partition] = Owned(state, generation)
-            plans = {v: ShardPlan(p[0], p[1]) for v, p in state.plans.items() if not p[2]}
+            # Every plan of the videos this partition is home to, closed or not: the ingest API
+            # routes by them, and a hash lost or never written gets them again (the same values).
+            plans = {v: ShardPlan(p[0], p[1]) for v, p in state.plans.items()}
             if plans:
                 await self._retry(lambda plans=plans: announce(self._client, plans))  # type: ignore[misc]
             if resink is not None:

@@ -784,6 +784,21 @@ async def test_a_hot_videos_viewers_past_the_exact_limit_all_reach_its_sketch(
     assert abs(served.viewers_estimate - exact) <= 0.02 * exact, (served.viewers_estimate, exact)
 
 
+async def test_a_claim_publishes_again_the_plans_of_the_videos_its_partitions_are_home_to(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
+) -> None:
+    """The ingest API routes a hot video by the plan in `keys.shard_plans()`: a counter claiming the
+    video's home partition publishes it again, closed (the hand-off done) or not, so a hash lost or
+    never written (a deployment whose plans were kept elsewhere before) routes the video as its
+    counter expects once a counter starts."""
+    hot, _, plan, _ = await _after_a_hot_videos_move(settings, aclient, redis_client)
+    redis_client.delete(keys.shard_plans())
+
+    await _worker(hot, aclient, hot.topic_partitions)
+
+    assert decode_shard_plan(redis_client.hget(keys.shard_plans(), "viral") or b"") == plan
+
+
 async def test_a_rebuild_reads_a_hot_videos_plan_from_the_log(
     settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
 ) -> None:
