@@ -129,8 +129,7 @@ def viewers_sketch(video_id: str, bucket: int) -> str:
 def shard_plans() -> str:
     """The hot videos' shard plans, a hash: video -> `values.ShardPlan` (a video left out has 1 shard),
     each set once by the counter of the video's home partition. Every ingest process reads it whole
-    (`ingest.publisher.ShardPlans`): one read a second serves every video, where a key a video took
-    a read per video."""
+    (`ingest.publisher.ShardPlans`): one read a second serves every video."""
     return f"{PREFIX}:shard-plans"
 
 

@@ -130,7 +130,7 @@ class Publisher:
     """
 
     def __init__(
-        self, settings: Settings, clock: Callable[[], int] = now_ms, shards: ShardPlans | None = None
+        self, settings: Settings, clock: Callable[[], int] = now_ms, plans: ShardPlans | None = None
     ) -> None:
         self._settings = settings
         self._clock = clock
@@ -139,7 +139,7 @@ class Publisher:
         self._producer: AIOKafkaProducer | None = None
         self._partitions = 0
         self._next_attempt = 0.0
-        self._plans = shards or ShardPlans(
+        self._plans = plans or ShardPlans(
             redisconn.async_client(
                 settings, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S
             )

@@ -66,8 +66,22 @@ SINGLE_DESCRIPTION = (
 )
 
 
+# The parameters each user route reads from the request itself (`ingest.routers.single`), as
+# FastAPI would document them declared.
+SINGLE_PARAMETERS = [
+    {"in": "path", "name": "video_id", "required": True, "schema": {"title": "Video Id", "type": "string"}},
+    {
+        "in": "header",
+        "name": "authorization",
+        "required": False,
+        "schema": {"anyOf": [{"type": "string"}, {"type": "null"}], "title": "Authorization"},
+    },
+]
+
+
 def single_body(event_type: str) -> dict[str, Any]:
-    """The body of the route writing `event_type`: `session_id` required (and so the body) for the
+    """What the OpenAPI document says of the route writing `event_type` beyond FastAPI: its
+    parameters (`SINGLE_PARAMETERS`) and its body, `session_id` required (and so the body) for the
     session events, `watch_secs` only on a view (`counting.event.check_rules`)."""
     leave_out = {"ingest_ts", "region", "type", "video_id", "user_id", "ip", "user_agent"}
     if event_type != "view":
@@ -76,7 +90,10 @@ def single_body(event_type: str) -> dict[str, Any]:
     if event_type in SESSION_TYPES:
         schema["required"] = [*schema["required"], "session_id"]
     required = bool(schema["required"])
-    return {"requestBody": {"required": required, "content": {"application/json": {"schema": schema}}}}
+    return {
+        "parameters": SINGLE_PARAMETERS,
+        "requestBody": {"required": required, "content": {"application/json": {"schema": schema}}},
+    }
 
 
 ANSWERS: dict[int | str, dict[str, Any]] = {

@@ -24,17 +24,6 @@ from ingest.routes import SINGLE_ROUTES
 from ingest.schemas import ANSWERS, SINGLE_DESCRIPTION, single_body
 
 Admit = Callable[[str, str], Awaitable[None]]
-# The parameters each user route reads from the request itself (see `_single`), as FastAPI would
-# document them declared.
-PARAMETERS = [
-    {"in": "path", "name": "video_id", "required": True, "schema": {"title": "Video Id", "type": "string"}},
-    {
-        "in": "header",
-        "name": "authorization",
-        "required": False,
-        "schema": {"anyOf": [{"type": "string"}, {"type": "null"}], "title": "Authorization"},
-    },
-]
 
 
 def _admission(settings: Settings, limiter: RateLimiter) -> Admit:
@@ -82,7 +71,7 @@ def _single(
     async def handler(request: Request) -> JSONResponse:
         # The path's video and the Authorization header read here, not declared as parameters:
         # FastAPI's solving of declared ones took 13 % of the ingest process's CPU at 800 likes/s
-        # (py-spy). `PARAMETERS` documents them.
+        # (py-spy). `schemas.single_body` documents them.
         video_id = request.path_params["video_id"]
         user_id = verify_token(settings.user_token_secret, request.headers.get("authorization"))
         peer = request.client.host if request.client else None
@@ -131,7 +120,7 @@ def single_router(
             methods=[method],
             status_code=202,
             responses=ANSWERS,
-            openapi_extra={**single_body(event_type), "parameters": PARAMETERS},
+            openapi_extra=single_body(event_type),
             summary=f"{method} one {event_type} event",
             description=SINGLE_DESCRIPTION,
         )
