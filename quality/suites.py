@@ -56,8 +56,8 @@ def _lengths(column: str, low: int, high: int) -> gxe.Expectation:
 def raw_log_suite() -> gx.ExpectationSuite:
     """The raw Parquet log as the archiver writes it: the ingest API's field rules hold on every row,
     every file has the log's schema, and no row is in a file twice (see `quality.frames`)."""
-    suite = gx.ExpectationSuite(name=RAW_LOG)
-    for expectation in (
+    return _suite(
+        RAW_LOG,
         gxe.ExpectColumnValuesToBeNull(
             column=SCHEMA_PROBLEM,
             description="every file has the log's columns with the log's types (counting.logschema)",
@@ -122,25 +122,29 @@ def raw_log_suite() -> gx.ExpectationSuite:
         _between("kafka_partition", 0, None, "kafka_partition is >= 0"),
         _present("kafka_offset"),
         _between("kafka_offset", 0, None, "kafka_offset is >= 0"),
-    ):
-        suite.add_expectation(expectation)
-    return suite
+    )
 
 
-def _counts_not_negative(suite: gx.ExpectationSuite, columns: tuple[str, ...]) -> None:
-    for column in columns:
-        suite.add_expectation(_present(column))
-        suite.add_expectation(_between(column, 0, None, f"{column} is not negative"))
+def _suite(name: str, *expectations: gxe.Expectation) -> gx.ExpectationSuite:
+    """A suite built whole. Not `add_expectation` one at a time: once a suite of that name is in the
+    context's store (every run after the first), each addition saves the whole suite again."""
+    return gx.ExpectationSuite(name=name, expectations=list(expectations))
 
 
-def _uniques_within_views(suite: gx.ExpectationSuite) -> None:
-    suite.add_expectation(
-        gxe.ExpectColumnPairValuesAToBeGreaterThanB(
-            column_A="views",
-            column_B="unique_viewers",
-            or_equal=True,
-            description="unique_viewers <= views",
-        )
+def _counts_not_negative(columns: tuple[str, ...]) -> list[gxe.Expectation]:
+    return [
+        expectation
+        for column in columns
+        for expectation in (_present(column), _between(column, 0, None, f"{column} is not negative"))
+    ]
+
+
+def _uniques_within_views() -> gxe.Expectation:
+    return gxe.ExpectColumnPairValuesAToBeGreaterThanB(
+        column_A="views",
+        column_B="unique_viewers",
+        or_equal=True,
+        description="unique_viewers <= views",
     )
 
 
@@ -148,14 +152,22 @@ def batch_baseline_suite(check_growth: bool) -> gx.ExpectationSuite:
     """A run's baseline, one row per video, with columns derived from the log, the run's other
     outputs and the served baseline. `check_growth`: views must not fall below the served ones
     (only when both count with the same rules and the run's cutoff is not earlier)."""
-    suite = gx.ExpectationSuite(name=BATCH_BASELINE)
-    suite.add_expectation(_present("video_id"))
-    suite.add_expectation(
-        gxe.ExpectColumnValuesToBeUnique(column="video_id", description="one row per video")
+    growth = gxe.ExpectColumnPairValuesAToBeGreaterThanB(
+        column_A="views",
+        column_B=PREVIOUS_VIEWS,
+        or_equal=True,
+        description=(
+            "views never fall below the served baseline's but by views the rules took back "
+            "(refused now, counted then); any other fall is a lost event: find it, or after a "
+            "repair publish with allow_decrease_reason (tally batch run --allow-decrease)"
+        ),
     )
-    _counts_not_negative(suite, COUNT_COLUMNS + REJECTED_COLUMNS)
-    _uniques_within_views(suite)
-    suite.add_expectation(
+    return _suite(
+        BATCH_BASELINE,
+        _present("video_id"),
+        gxe.ExpectColumnValuesToBeUnique(column="video_id", description="one row per video"),
+        *_counts_not_negative(COUNT_COLUMNS + REJECTED_COLUMNS),
+        _uniques_within_views(),
         gxe.ExpectColumnPairValuesToBeEqual(
             column_A=JUDGED_VIEWS,
             column_B=QUALIFIED_VIEWS,
@@ -163,59 +175,37 @@ def batch_baseline_suite(check_growth: bool) -> gx.ExpectationSuite:
                 "rejected + counted (+ repeat) views = the qualified views in the log "
                 f"(distinct view ids watched >= {rules.MIN_WATCH_SECS:g} s)"
             ),
-        )
-    )
-    suite.add_expectation(
+        ),
         gxe.ExpectColumnPairValuesToBeEqual(
             column_A="views", column_B=DAILY_VIEWS, description="the daily output's views add up to views"
-        )
-    )
-    suite.add_expectation(
+        ),
         gxe.ExpectColumnPairValuesToBeEqual(
             column_A="views",
             column_B=SERIES_VIEWS,
             description="the per-bucket output's views add up to views",
-        )
+        ),
+        *([growth] if check_growth else []),
     )
-    if check_growth:
-        suite.add_expectation(
-            gxe.ExpectColumnPairValuesAToBeGreaterThanB(
-                column_A="views",
-                column_B=PREVIOUS_VIEWS,
-                or_equal=True,
-                description=(
-                    "views never fall below the served baseline's but by views the rules took back "
-                    "(refused now, counted then); any other fall is a lost event: find it, or after a "
-                    "repair publish with allow_decrease_reason (tally batch run --allow-decrease)"
-                ),
-            )
-        )
-    return suite
 
 
 def batch_daily_suite(run_id: str, rules_version: str) -> gx.ExpectationSuite:
     """A run's per-day per-video counts: one row per (date, video), no negative counts, the run's
     id and rules version on every row."""
-    suite = gx.ExpectationSuite(name=BATCH_DAILY)
-    suite.add_expectation(_present("date"))
-    suite.add_expectation(_present("video_id"))
-    suite.add_expectation(
+    return _suite(
+        BATCH_DAILY,
+        _present("date"),
+        _present("video_id"),
         gxe.ExpectCompoundColumnsToBeUnique(
             column_list=["date", "video_id"], description="one row per day and video"
-        )
-    )
-    _counts_not_negative(suite, COUNT_COLUMNS + REJECTED_COLUMNS)
-    _uniques_within_views(suite)
-    suite.add_expectation(
+        ),
+        *_counts_not_negative(COUNT_COLUMNS + REJECTED_COLUMNS),
+        _uniques_within_views(),
         gxe.ExpectColumnValuesToBeInSet(
             column="run_id", value_set=[run_id], description=f"run_id is {run_id!r}"
-        )
-    )
-    suite.add_expectation(
+        ),
         gxe.ExpectColumnValuesToBeInSet(
             column="rules_version",
             value_set=[rules_version],
             description=f"rules_version is {rules_version!r}",
-        )
+        ),
     )
-    return suite
