@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -133,9 +134,16 @@ def _served_equals_the_oracle(settings: Settings, sent: list[Event] = SENT) -> N
 
 @pytest.mark.integration
 @pytest.mark.slow
-def test_up_prints_the_down_command_of_its_data_dir(running: tuple[Settings, Result]) -> None:
+def test_up_prints_the_down_command_of_its_data_dir_and_what_its_broker_will_cost(
+    running: tuple[Settings, Result],
+) -> None:
     settings, first = running
     assert f"stop it with: tally down --data-dir {settings.data_dir}\n" in first.output
+    said = re.search(r"^note: the local Tansu broker keeps every record .*$", first.output, re.MULTILINE)
+    assert said is not None, first.output
+    assert "its memory and CPU grow as the stack runs" in said.group()
+    assert "TALLY_KAFKA_BOOTSTRAP" in said.group()
+    assert f"'tally restart broker --reset --data-dir {settings.data_dir}'" in said.group()
     assert set(_pids(settings)) == EVERY_PROCESS
 
 
@@ -149,6 +157,7 @@ def test_up_on_a_running_stack_starts_nothing_and_keeps_the_record(running: tupl
 
     assert again.exit_code == 0, again.output
     assert "nothing to start" in again.output
+    assert "keeps every record" not in again.output  # no broker started: nothing new to say
     for name, pid in before.items():
         assert f"{name:<10} pid {pid:<7} already running" in again.output
     assert _pids(settings) == before
@@ -322,6 +331,7 @@ def test_restart_broker_needs_reset_then_starts_empty_with_its_topics(
 
     assert result.exit_code == 0, result.output
     assert "memory storage" in result.output and "topics were created again" in result.output
+    assert "note: the local Tansu broker keeps every record" in result.output
     after = _pids(settings)
     assert set(after) == EVERY_PROCESS
     assert all(after[name] != before[name] and _alive(after[name]) for name in EVERY_PROCESS)
