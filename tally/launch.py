@@ -56,7 +56,7 @@ def service_address(settings: Settings, name: str) -> tuple[str, str, int]:
 
 def ensure_service(stack: Stack, name: str, change: Change) -> bool:
     """Start the broker or Redis on loopback unless it runs (recorded, or anyone's at its address);
-    True if it was started (a new local broker has an empty log)."""
+    True if it was started (a new local broker has an empty log, and `broker_cost` is noted)."""
     recorded = stack.find(name)
     if recorded is not None and recorded.alive():
         return False
@@ -76,7 +76,22 @@ def ensure_service(stack: Stack, name: str, change: Change) -> bool:
     process = Process(name, service.process.pid, str(service.log), adopt(service.process))
     stack.add(process)
     change.started.append(process)
+    if name == "broker":
+        change.notes.append(broker_cost(stack.settings))
     return True
+
+
+def broker_cost(settings: Settings) -> str:
+    """What a long-running local broker costs, said when one starts: Tansu 0.6's memory storage
+    deletes no record (no retention; DeleteRecords is unimplemented) and each fetch lists its
+    partition's whole log, so its memory and CPU grow with what it was sent (docs/operations.md)."""
+    return (
+        "the local Tansu broker keeps every record it is sent until it stops, and each read lists "
+        "its partition's whole log: its memory and CPU grow as the stack runs (about 0.4 -> 1.1 of a "
+        "core within 80 s at 20,000 messages/s; see 'A long-running local stack' in docs/operations.md). "
+        f"For a long run, point TALLY_KAFKA_BOOTSTRAP at a Kafka, or start over with "
+        f"'{command_line(settings, 'restart broker --reset')}'"
+    )
 
 
 def has_old_state(settings: Settings) -> bool:

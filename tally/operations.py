@@ -67,8 +67,6 @@ def bring_up(settings: Settings, reset: bool = False) -> Change:
         )
     try:
         fresh_broker = ensure_service(stack, "broker", change)
-        if fresh_broker:
-            change.notes.append(broker_cost(stack.settings))
         ensure_service(stack, "redis", change)
         if reset:
             reset_state(stack.settings)
@@ -189,20 +187,6 @@ def _start_broker(stack: Stack, reset: bool, change: Change, retry: str = "start
     wiped = "; the earlier run's log, baselines and speed state were wiped" if reset else ""
     change.notes.append(
         f"{BROKER_FORGETS}: it started with an empty log, the topics were created again{wiped}"
-    )
-    change.notes.append(broker_cost(settings))
-
-
-def broker_cost(settings: Settings) -> str:
-    """What a long-running local broker costs, said when one starts: Tansu 0.6's memory storage
-    deletes no record (no retention; DeleteRecords is unimplemented) and each fetch lists its
-    partition's whole log, so its memory and CPU grow with what it was sent (docs/operations.md)."""
-    return (
-        "the local Tansu broker keeps every record it is sent until it stops, and each read lists "
-        "its partition's whole log: its memory and CPU grow as the stack runs (about 0.4 -> 1.1 of a "
-        "core within 80 s at 20,000 messages/s; see 'A long-running local stack' in docs/operations.md). "
-        f"For a long run, point TALLY_KAFKA_BOOTSTRAP at a Kafka, or start over with "
-        f"'{command_line(settings, 'restart broker --reset')}'"
     )
 
 
