@@ -67,6 +67,23 @@ def place_of(video_id: str, views: Mapping[str, int]) -> Place:
     return Place(mine, ahead + 1, len(views))
 
 
+class Standings:
+    """Every video's place in one window's `ranking`, made once and then asked of any video (what
+    `place_of` answers, without going over every video again)."""
+
+    __slots__ = ("_ranks", "_views")
+
+    def __init__(self, views: Mapping[str, int]) -> None:
+        self._views = dict(views)
+        self._ranks = {video: at for at, (video, _) in enumerate(ranking(self._views), 1)}
+
+    def place(self, video_id: str) -> Place:
+        mine = self._views.get(video_id, 0)
+        if mine <= 0:
+            return Place(0, None, len(self._views))
+        return Place(mine, self._ranks[video_id], len(self._views))
+
+
 @dataclass(frozen=True)
 class Velocity:
     """A video's recent views a minute against its baseline's, and the rise."""

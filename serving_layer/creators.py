@@ -10,6 +10,7 @@ from typing import Annotated
 
 import sqlalchemy as sa
 from fastapi import APIRouter, Path
+from fastapi.responses import Response
 from redis.asyncio import Redis
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -18,10 +19,11 @@ from counting.display import readable
 from counting.event import VIDEO_ID_PATTERN
 from counting.settings import Settings
 from serving_layer.baselines import BaselineCache
+from serving_layer.cache import ReadCache
 from serving_layer.errors import StoreUnavailable, UnknownCreator
 from serving_layer.schemas import UNKNOWN_CREATOR, CreatorStats
-from serving_layer.speed import new_viewers, read_video, viewers_estimate
-from serving_layer.stats import REDIS_ERRORS, now_ms
+from serving_layer.speed import new_viewers, read_videos, viewers_estimate
+from serving_layer.stats import REDIS_ERRORS, Answer, encode_json, now_ms
 from warehouse.catalog import creator_videos
 from warehouse.connection import open_store
 from warehouse.errors import StoreError
@@ -67,6 +69,11 @@ def creators_router(settings: Settings, redis: Redis, baselines: BaselineCache) 
             listed[creator_id] = (now, videos)
         return videos
 
+    # A creator's answer, read once for every request within the bound a served count may be cached
+    # (`serving_cache_ms`), and anew with each published baseline.
+    answers: ReadCache[Answer] = ReadCache()
+    bound = settings.serving_cache_ms / 1000
+
     @router.get(
         "/v1/creators/{creator_id}/stats",
         response_model=CreatorStats,
@@ -74,11 +81,18 @@ def creators_router(settings: Settings, redis: Redis, baselines: BaselineCache) 
     )
     async def creator_stats(
         creator_id: Annotated[str, Path(pattern=VIDEO_ID_PATTERN, description="the creator id")],
-    ) -> CreatorStats:
-        """Views, likes, dislikes and unique viewers of the creator's videos together."""
+    ) -> Response:
+        """Views, likes, dislikes and unique viewers of the creator's videos together (up to
+        `serving_cache_ms` old, as a video's stats)."""
         videos = await videos_cached(creator_id)
         if not videos:
             raise UnknownCreator(creator_id)
+        baseline = baselines.get()
+        key = f"{baseline.run_id if baseline else '-'}/{creator_id}"
+        answer = await answers.get(key, bound, lambda: read_creator(creator_id, videos))
+        return Response(answer.encoded, media_type="application/json")
+
+    async def read_creator(creator_id: str, videos: list[str]) -> Answer:
         now = now_ms()
         baseline = baselines.get()
         cutoff = baseline.cutoff if baseline else 0
@@ -91,10 +105,11 @@ def creators_router(settings: Settings, redis: Redis, baselines: BaselineCache) 
         degraded: list[str] = []
         base_viewers = baselines.creator_viewers(creator_id) if baseline else 0
         try:
-            reads = await asyncio.gather(*(read_video(redis, v, from_bucket, now, ()) for v in videos))
-            for speed, _ in reads:
+            reads, fresh = await asyncio.gather(
+                read_videos(redis, videos, from_bucket, now), new_viewers(redis, videos, from_bucket)
+            )
+            for speed in reads:
                 views, likes, dislikes = views + speed.views, likes + speed.likes, dislikes + speed.dislikes
-            fresh = await new_viewers(redis, videos, from_bucket)
             if fresh is not None and base_viewers is not None:
                 unique = base_viewers + fresh
             else:
@@ -108,7 +123,7 @@ def creators_router(settings: Settings, redis: Redis, baselines: BaselineCache) 
                 ) from exc
             degraded.append("speed layer unreachable: counts are the batch baseline only")
             unique = base_viewers or 0
-        return CreatorStats(
+        body = CreatorStats(
             creator_id=creator_id,
             videos=len(videos),
             views=views,
@@ -121,6 +136,7 @@ def creators_router(settings: Settings, redis: Redis, baselines: BaselineCache) 
             batch_cutoff=baseline.cutoff if baseline else None,
             approx=bool(degraded),
             degraded=degraded,
-        )
+        ).model_dump()
+        return Answer(body, encode_json(body))
 
     return router

@@ -7,7 +7,7 @@ import hashlib
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
@@ -15,7 +15,6 @@ from redis.exceptions import NoScriptError
 from counting import keys, rules
 from counting.counts import VideoCounts
 from counting.signals import REASONS
-from counting.trends import Place
 
 
 @dataclass(frozen=True)
@@ -138,29 +137,54 @@ async def read_video(
     costs one request to Redis however many buckets the video has. `uniques_field`: with several
     regions, `g_uniques` (a viewer of two regions counted once, `sink.lua`). `before`: also the
     views of the buckets before `from_bucket` still in Redis (`SpeedCounts.before`)."""
+    replies = await _read(redis, [video_id], from_bucket, now_ms, owners, before)
+    counts = _counts(replies[0], uniques_field, before)
+    return counts, any(int(found) for found in replies[1:])
+
+
+async def read_videos(
+    redis: Redis, video_ids: Sequence[str], from_bucket: int, now_ms: int
+) -> list[SpeedCounts]:
+    """`read_speed` of many videos (a creator's) in one round trip."""
+    replies = await _read(redis, video_ids, from_bucket, now_ms, (), False)
+    return [_counts(flat, "uniques", False) for flat in replies]
+
+
+async def _read(
+    redis: Redis, video_ids: Sequence[str], from_bucket: int, now_ms: int, owners: Sequence[str], before: bool
+) -> list[Any]:
+    """The read script's answer for each video, then one EXISTS answer for each of the `owners`."""
     first_second = rules.watching_from(now_ms)
-    args: list[str | int] = [keys.buckets_index(video_id), keys.viewers(video_id), keys.watching(video_id)]
-    args += [
-        from_bucket,
-        keys.bucket_counts(video_id, 0).removesuffix("0"),
-        first_second,
-        "1" if before else "0",
-    ]
     for attempt in (1, 2):
         try:
             async with redis.pipeline(transaction=False) as pipe:
-                # The command, not pipe.evalsha: redis-py's cluster pipeline refuses that method;
-                # the command is routed by its keys (one slot: the video's) either way.
-                pipe.execute_command("EVALSHA", _READ_SHA, 3, *args)
+                for video_id in video_ids:
+                    # The command, not pipe.evalsha: redis-py's cluster pipeline refuses that method;
+                    # the command is routed by its keys (one slot: the video's) either way.
+                    pipe.execute_command(
+                        "EVALSHA",
+                        _READ_SHA,
+                        3,
+                        keys.buckets_index(video_id),
+                        keys.viewers(video_id),
+                        keys.watching(video_id),
+                        from_bucket,
+                        keys.bucket_counts(video_id, 0).removesuffix("0"),
+                        first_second,
+                        "1" if before else "0",
+                    )
                 for owner in owners:  # one EXISTS each: on a cluster the owners lie in many slots
                     pipe.exists(owner)
-                replies = await pipe.execute()
-            break
+                return cast(list[Any], await pipe.execute())
         except NoScriptError:  # a Redis that has not seen the script yet (new, restarted, flushed)
             if attempt == 2:
                 raise
             await redis.script_load(_READ_LUA)
-    flat = replies[0]
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _counts(flat: list[Any], uniques_field: str, before: bool) -> SpeedCounts:
+    """A video's `SpeedCounts` from the read script's answer."""
     plain: dict[str, int] = {}
     rejected: dict[str, int] = {}
     for i in range(6, len(flat), 2):
@@ -172,7 +196,7 @@ async def read_video(
             plain[_PLAIN[name]] = value
         elif name.startswith("rejected:") and name[9:] in REASONS:
             rejected[name[9:]] = value
-    counts = SpeedCounts(
+    return SpeedCounts(
         views=plain.get("views", 0),
         likes=plain.get("likes", 0),
         dislikes=plain.get("dislikes", 0),
@@ -185,7 +209,6 @@ async def read_video(
         viewers_estimate=int(flat[3]) if flat[2] else None,
         before=ViewsBefore(int(flat[4]), int(flat[5])) if before else None,
     )
-    return counts, any(int(found) for found in replies[1:])
 
 
 def speed_state_keys(topic: str, partitions: int) -> tuple[str, ...]:
@@ -251,31 +274,6 @@ async def window_views(redis: Redis, from_bucket: int, to_bucket: int) -> dict[s
     return {_text(member): int(score) for member, score in rows if int(score) > 0}
 
 
-async def place_in_window(redis: Redis, video_id: str, from_bucket: int, to_bucket: int) -> Place:
-    """A video's place by views in buckets from_bucket..to_bucket (`counting.trends.place_of`), read
-    next to the data: its score, how many videos score more, the ties before it by id, and the
-    number of videos with views."""
-    names = [keys.trending(b) for b in range(from_bucket, to_bucket + 1)]
-    temp = keys.trending_scratch(uuid.uuid4().hex)
-    async with redis.pipeline(transaction=False) as pipe:  # see _UNION
-        pipe.zunionstore(temp, names)
-        pipe.zscore(temp, video_id)
-        pipe.zcount(temp, "(0", "+inf")
-        _, score, videos = await pipe.execute()
-    try:
-        views = int(score or 0)
-        if views <= 0:
-            return Place(0, None, int(videos))
-        async with redis.pipeline(transaction=False) as pipe:
-            pipe.zcount(temp, f"({views}", "+inf")
-            pipe.zrangebyscore(temp, views, views)
-            ahead, tied = await pipe.execute()
-        before = sum(1 for member in tied if _text(member) < video_id)
-        return Place(views, int(ahead) + before + 1, int(videos))
-    finally:
-        await redis.delete(temp)
-
-
 async def unique_viewers_between(redis: Redis, video_id: str, from_bucket: int, to_bucket: int) -> int:
     """Distinct viewers counted for a video in buckets from_bucket..to_bucket (inclusive): the union
     of the per-bucket HyperLogLogs (within about 1 %; a viewer in several buckets counts once)."""
@@ -295,18 +293,16 @@ async def new_viewers(redis: Redis, video_ids: list[str], from_bucket: int) -> i
     HyperLogLog is left of it): then no exact answer exists."""
     if not video_ids:
         return 0
-    names = [keys.viewers(v) for v in video_ids]
     async with redis.pipeline(transaction=False) as pipe:
-        for name in names:
-            pipe.type(name)
-        kinds = [_text(kind) for kind in await pipe.execute()]
-    if any(kind not in ("hash", "none") for kind in kinds):
+        for video_id in video_ids:
+            pipe.hgetall(keys.viewers(video_id))
+        sets = await pipe.execute(raise_on_error=False)  # a HyperLogLog's key answers WRONGTYPE
+    errors = [reply for reply in sets if isinstance(reply, Exception)]
+    if errors:
+        other = next((e for e in errors if not str(e).startswith("WRONGTYPE")), None)
+        if other is not None:
+            raise other
         return None
-    async with redis.pipeline(transaction=False) as pipe:
-        for name, kind in zip(names, kinds, strict=True):
-            if kind == "hash":
-                pipe.hgetall(name)
-        sets = await pipe.execute()
     first: dict[bytes, int] = {}
     for viewers in sets:
         for digest, bucket in viewers.items():

@@ -11,9 +11,10 @@ from redis.asyncio import Redis
 from counting import trends
 from counting.event import VIDEO_ID_PATTERN
 from counting.settings import Settings
+from serving_layer.cache import ReadCache
 from serving_layer.errors import StoreUnavailable
 from serving_layer.schemas import RankAnswer, Scope, TrendingAnswer, TrendingVideo
-from serving_layer.speed import place_in_window, top_videos, window_views
+from serving_layer.speed import top_videos, window_views
 from serving_layer.stats import REDIS_ERRORS, now_ms
 from serving_layer.timeseries import MAX_BUCKETS
 
@@ -63,6 +64,13 @@ async def rising_videos(
 
 def trends_router(settings: Settings, redis: Redis) -> APIRouter:
     router = APIRouter()
+    # A window's standings (every video's place), read once and asked by every rank request of that
+    # window for as long as a served count may be cached; with the time they were read.
+    standings: ReadCache[tuple[int, trends.Standings]] = ReadCache(max_entries=64)
+    bound = settings.serving_cache_ms / 1000
+
+    async def read_standings(first: int, last: int, now: int) -> tuple[int, trends.Standings]:
+        return now, trends.Standings(await window_views(redis, first, last))
 
     def unreachable(exc: Exception) -> StoreUnavailable:
         return StoreUnavailable(
@@ -115,18 +123,22 @@ def trends_router(settings: Settings, redis: Redis) -> APIRouter:
         video_id: Annotated[str, Path(pattern=VIDEO_ID_PATTERN, description="the video id")],
         window_buckets: WindowBuckets = 6,
     ) -> RankAnswer:
-        """The video's place by counted views over the last `window_buckets` speed buckets."""
+        """The video's place by counted views over the last `window_buckets` speed buckets (the
+        window's standings are read once for every video asked within the serving cache's bound)."""
         now = now_ms()
         first, last, _, _ = trends.windows(now, settings.bucket_ms, window_buckets, 0)
         try:
-            place = await place_in_window(redis, video_id, first, last)
+            as_of, table = await standings.get(
+                f"{first}:{last}", bound, lambda: read_standings(first, last, now)
+            )
         except REDIS_ERRORS as exc:
             raise unreachable(exc) from exc
+        place = table.place(video_id)
         return RankAnswer(
             video_id=video_id,
             window_buckets=window_buckets,
             bucket_ms=settings.bucket_ms,
-            as_of=now,
+            as_of=as_of,
             scope=speed_window(window_buckets, settings.bucket_ms),
             views=place.views,
             rank=place.rank,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 from counting import trends
 
 MINUTE = 60_000
@@ -13,6 +15,15 @@ def test_places_count_the_videos_with_views_and_break_ties_by_id() -> None:
     assert trends.place_of("c", views) == trends.Place(3, 3, 4)
     assert trends.place_of("a", views) == trends.Place(5, 1, 4)
     assert trends.place_of("z", views) == trends.Place(0, None, 4)
+
+
+def test_standings_place_every_video_as_place_of_does() -> None:
+    rng = random.Random(7)
+    views = {f"v{i:03d}": rng.choice([0, 1, 2, 2, 3, 5, 8, 40]) for i in range(300)}
+    standings = trends.Standings(views)
+    for video in [*views, "absent"]:
+        assert standings.place(video) == trends.place_of(video, views), video
+    assert standings.place("absent") == trends.Place(0, None, 300)
 
 
 def test_window_views_sum_the_buckets_of_the_window_only() -> None:

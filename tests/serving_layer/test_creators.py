@@ -3,6 +3,8 @@ with the catalog, compared with the oracle's creator counts before and after the
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -10,8 +12,10 @@ from counting import oracle
 from counting.catalog import CatalogRow
 from counting.event import Event
 from counting.settings import Settings
+from serving_layer.app import create_app
+from serving_layer.timeseries import MAX_BUCKETS
 from tests.serving_layer.conftest import Events
-from tests.writers import Writers, closed_bucket
+from tests.writers import Writers, closed_bucket, writers
 from warehouse.migrate import migrate
 from warehouse.store import open_store, upsert_catalog
 
@@ -104,3 +108,38 @@ def test_an_unknown_creator_is_404_naming_the_field(api: TestClient, settings: S
     assert (answer.status_code, answer.json()["errors"][0]["field"]) == (404, "creator_id")
     answer = api.get("/v1/creators/bad;id/stats")
     assert (answer.status_code, answer.json()["errors"][0]["field"]) == (422, "creator_id")
+
+
+def test_a_creators_answer_and_a_videos_rank_are_read_once_within_the_bound_and_anew_on_a_baseline(
+    settings: Settings, request: pytest.FixtureRequest
+) -> None:
+    # Hour-long buckets, so that the rank's window is the same for every request of the test.
+    hourly = settings.model_copy(update={"bucket_ms": 3_600_000, "serving_cache_ms": 60_000})
+    left = hourly.bucket_ms - time.time_ns() // 1_000_000 % hourly.bucket_ms
+    if left < 60_000:
+        time.sleep(left / 1000 + 0.1)
+    _load_catalog(hourly)
+    e = Events(hourly.bucket_ms, prefix="cached")
+    c = closed_bucket(hourly) - 1
+    first = [*e.views("v1", c, "ann", "bob"), *e.views("v3", c, "cid")]
+    later = [*e.views("v2", c, "dee"), *e.views("v3", c, "eve", "fay", "gus")]
+    window = {"window_buckets": MAX_BUCKETS}
+    with writers(hourly, spark=lambda: request.getfixturevalue("spark")) as tally:
+        tally.start()
+        tally.ingest(first)
+        tally.count()
+        with TestClient(create_app(hourly)) as api:
+            loaded = api.get("/v1/creators/c1/stats")
+            ranked = api.get("/v1/videos/v3/rank", params=window).json()
+            tally.ingest(later)
+            tally.count()
+
+            assert loaded.json()["views"] == _expected(first, "c1")[0] == 2
+            assert api.get("/v1/creators/c1/stats").content == loaded.content  # within the bound
+            assert (ranked["views"], ranked["rank"], ranked["of"]) == (1, 2, 2)
+            assert api.get("/v1/videos/v3/rank", params=window).json() == ranked
+            assert api.get("/v1/videos/v1/rank", params=window).json()["rank"] == 1
+
+            tally.archive()
+            tally.batch((c + 1) * hourly.bucket_ms, videos=CATALOG)  # a new baseline: read at once
+            assert _served(api, "c1") == _expected(first + later, "c1") == (3, 0, 0, 3)
