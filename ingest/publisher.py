@@ -52,6 +52,27 @@ def shard_of(event: Event, shards: int) -> int:
     return rules.route_of(event) % shards
 
 
+def records_of(
+    events: list[Event], plans: dict[str, ShardPlan], partitions: int
+) -> list[tuple[int, bytes, bytes]]:
+    """The events as records, (partition, key, value), in partition order: one record a partition,
+    keyed by its first event's video (or shard), its events in their order. A video without a
+    plan (most) has its key and partition made once."""
+    grouped: dict[int, tuple[bytes, list[Event]]] = {}
+    plain: dict[str, list[Event]] = {}  # a video of one shard -> its events' partition's list
+    for event in events:
+        video = event.video_id
+        batch = plain.get(video)
+        if batch is None:
+            plan = plans.get(video)
+            key = record_key(video, 0 if plan is None else shard_for(event, plan))
+            batch = grouped.setdefault(partition_for(key, partitions), (key, []))[1]
+            if plan is None:
+                plain[video] = batch
+        batch.append(event)
+    return [(partition, key, encode_events(batch)) for partition, (key, batch) in sorted(grouped.items())]
+
+
 def shard_for(event: Event, plan: ShardPlan) -> int:
     """The shard of a stamped event under its video's plan: one shard before the plan holds."""
     return shard_of(event, plan.shards_at(event.ingest_ts or 0))
@@ -227,20 +248,10 @@ class Publisher:
                         written = [stamped(e, ingest_ts, self._region) for e in events]
                     else:
                         written = events
-                    grouped: dict[int, tuple[bytes, list[Event]]] = {}
-                    for event in written:
-                        key = record_key(
-                            event.video_id, shard_for(event, plans.get(event.video_id, ONE_SHARD))
-                        )
-                        grouped.setdefault(partition_for(key, partitions), (key, []))[1].append(event)
+                    topic = self._settings.events_topic
                     futures = [
-                        await producer.send(
-                            self._settings.events_topic,
-                            value=encode_events(batch),
-                            key=key,
-                            partition=partition,
-                        )
-                        for partition, (key, batch) in sorted(grouped.items())
+                        await producer.send(topic, value=value, key=key, partition=partition)
+                        for partition, key, value in records_of(written, plans, partitions)
                     ]
                 await asyncio.gather(*futures)
         except (KafkaError, TimeoutError) as exc:

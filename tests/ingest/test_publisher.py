@@ -16,7 +16,7 @@ from counting.event import Event
 from counting.settings import Settings
 from counting.values import ShardPlan
 from counting.wire import decode_events, partition_for, record_key
-from ingest.publisher import ONE_SHARD, Publisher, ShardPlans, shard_of
+from ingest.publisher import ONE_SHARD, Publisher, ShardPlans, records_of, shard_for, shard_of
 from tally.services import free_port
 from tally.topics import ensure_topics
 from tests.writers import heat
@@ -51,6 +51,29 @@ def _read(settings: Settings, expected: int) -> list[tuple[int, Event]]:
             found.extend((message.partition(), e) for e in decode_events(message.value()))
     consumer.close()
     return found
+
+
+def test_records_hold_each_partitions_events_in_order_keyed_by_video_or_shard() -> None:
+    stamped_at = time.time_ns() // 1_000_000
+    events = [
+        msgspec.structs.replace(_event(i, video, f"u{i % 7}"), ingest_ts=stamped_at)
+        for i, video in enumerate(["a", "b", "hot", "a", "c", "hot", "b", "hot"] * 5)
+    ]
+    plans = {"hot": ShardPlan(4, 0)}
+
+    records = records_of(events, plans, 3)
+
+    assert [p for p, _, _ in records] == sorted({p for p, _, _ in records})  # one record a partition
+    unpacked = [(p, key, decode_events(value)) for p, key, value in records]
+    assert sorted(e.event_id for _, _, batch in unpacked for e in batch) == sorted(e.event_id for e in events)
+    for partition, key, batch in unpacked:
+        assert [e.event_id for e in batch] == [e.event_id for e in events if e in batch]  # their order
+        for event in batch:
+            own = record_key(event.video_id, shard_for(event, plans.get(event.video_id, ONE_SHARD)))
+            assert partition_for(own, 3) == partition
+        first = batch[0]
+        assert key == record_key(first.video_id, shard_for(first, plans.get(first.video_id, ONE_SHARD)))
+    assert len({shard_for(e, plans["hot"]) for e in events if e.video_id == "hot"}) > 1
 
 
 def test_a_viewers_events_always_get_the_same_shard() -> None:
