@@ -49,6 +49,10 @@ EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 EPHEMERAL_LOW = 32_768  # Linux's default start, where the file cannot be read
 LOWEST_PICK = 20_000
 _PICKS = random.SystemRandom()  # no shared seed: a test seeding `random` leaves the picks alone
+# Ports this process handed out: free now is not free later, once what it was picked for binds it,
+# so a port is never handed out twice (a stack's API ports and its workers' metrics ports are
+# picked one after the other, before any of them binds).
+_HANDED: set[int] = set()
 
 
 def _ephemeral_low() -> int:
@@ -73,8 +77,9 @@ def free_port() -> int:
 
 
 def free_ports(count: int, tries: int = 100) -> int:
-    """The first of `count` consecutive loopback ports that are all free now, below the ephemeral
-    range (the workers' metrics ports are `faust_web_port` plus an offset)."""
+    """The first of `count` consecutive loopback ports that are all free now and were not handed out
+    by this process before, below the ephemeral range (the workers' metrics ports are
+    `faust_web_port` plus an offset)."""
     high = _ephemeral_low() - count
     if high <= LOWEST_PICK:
         raise OSError(
@@ -83,7 +88,9 @@ def free_ports(count: int, tries: int = 100) -> int:
         )
     for _ in range(tries):
         first = _PICKS.randrange(LOWEST_PICK, high)
-        if all(_bindable(port) for port in range(first, first + count)):
+        ports = range(first, first + count)
+        if _HANDED.isdisjoint(ports) and all(_bindable(port) for port in ports):
+            _HANDED.update(ports)
             return first
     raise OSError(f"no {count} consecutive free ports on 127.0.0.1 after {tries} tries")
 

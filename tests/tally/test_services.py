@@ -50,6 +50,21 @@ def test_a_held_port_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
         assert free_port() == taken + 1
 
 
+def test_a_port_handed_out_is_not_handed_out_again_before_anything_binds_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    first = free_port()
+    picks = iter([first - 1, first, first + 1, first + 2, first + 3])
+
+    class Picks:
+        def randrange(self, start: int, stop: int) -> int:
+            return next(picks)
+
+    monkeypatch.setattr(services, "_PICKS", Picks())
+    assert free_ports(2) == first + 1  # nothing bound `first`: it is still free, yet not again
+    assert free_port() == first + 3
+
+
 def test_a_range_that_leaves_no_ports_is_refused_with_what_to_change(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(services, "_ephemeral_low", lambda: LOWEST_PICK)
     with pytest.raises(OSError, match=f"starts at {LOWEST_PICK}.*raise its start"):
