@@ -187,11 +187,13 @@ def test_hour_points_span_the_hours_before_the_cutoff_and_the_hour_holding_it(
     minutes.publish(settings, run)
     first = min(e.ingest_ts or 0 for e in minutes.events) // HOUR * HOUR
     last = run.cutoff // HOUR * HOUR
+    # Through the hour of the newest event: minute c + 1 lies in the next hour when c is minute 59.
+    end = max(e.ingest_ts or 0 for e in minutes.events) // HOUR * HOUR + HOUR
 
-    got = _points(api, "t", step="1h", start=first, end=last + HOUR)
+    got = _points(api, "t", step="1h", start=first, end=end)
 
     counts = _lambda(minutes.events, "t", HOUR, run.cutoff)
-    want = [(s, HOUR, "batch" if s < last else "speed", *counts(s)) for s in range(first, last + HOUR, HOUR)]
+    want = [(s, HOUR, "batch" if s < last else "speed", *counts(s)) for s in range(first, end, HOUR)]
     assert got == want
     assert sum(p[3] for p in got) == 15
 
