@@ -266,6 +266,10 @@ class StateCounter:
             ]
             state.seen.fetch([fp for fp in fps if fp])
             state.windows.fetch([w for w in windows if w])
+            # The bot windows' clock: the newest ingest time of the group (stamped a record at a time).
+            clock = max((events[-1].ingest_ts or 0 for _, events in decoded if events), default=0)
+            self.windows.advance(clock)
+            newest = max(newest, clock)
             at = 0
             for offset, events in decoded:
                 for event in events:
@@ -283,8 +287,6 @@ class StateCounter:
                     else:
                         state.hold(event)
                         commit.held += 1
-                if events and (events[-1].ingest_ts or 0) > newest:
-                    newest = events[-1].ingest_ts or 0
                 commit.events += len(events)
                 state.offset = offset
             commit.last_offset = state.offset

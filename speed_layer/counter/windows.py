@@ -1,22 +1,29 @@
 """The bot windows as the speed layer sees them fill: views per address in the 60 s up to a view,
 distinct agents per address and hour, views per (video, viewer, day), and views long enough to
 count per (video, day) with those stopping near the threshold, counted in worker memory
-(approximate; the batch layer is exact)."""
+(approximate; the batch layer is exact).
+
+A window is kept for a span of the worker's clock (the newest ingest time it has seen) from when
+it opened, whatever the event times of other videos or partitions: views whose event time lags the
+others' (a backdating client, a partition catching up) are judged on their own window like any
+other. A view of a window already dropped counts as the first of its window; the batch, which sees
+whole windows, corrects it."""
 
 from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right
+from collections import deque
 from typing import Generic, TypeVar
 
 from counting import rules
 from counting.event import Event
 
-# How many minutes / hours / days behind the newest one are still counted; a view of an older
-# window counts as the first of its window (the batch layer, which sees whole windows, corrects it).
-KEEP_MINUTES = 5
-KEEP_HOURS = 1
-KEEP_DAYS = 2
+# How long a window is kept from when it opened, in the worker's clock: its own span, then 5 minutes
+# / 1 hour / 2 days for the views that come late.
+KEEP_MINUTE_MS = 6 * rules.MINUTE_MS
+KEEP_HOUR_MS = 2 * rules.HOUR_MS
+KEEP_DAY_MS = 3 * rules.DAY_MS
 # The rules, bound once: the windows below run them per view.
 _minute_of, _hour_of, _day_of = rules.minute_of, rules.hour_of, rules.day_of
 _SPAN_MS = rules.VELOCITY_WINDOW_MS - 1
@@ -29,25 +36,33 @@ V = TypeVar("V")
 
 
 class _Windows(Generic[K, V]):
-    """Values by key of the newest `keep` + 1 windows; older ones are dropped as newer ones open."""
+    """Values by key per window, each dropped once the clock is `keep_ms` past its opening."""
 
-    def __init__(self, keep: int) -> None:
-        self._keep = keep
-        self._newest: int | None = None
+    def __init__(self, keep_ms: int) -> None:
+        self._keep_ms = keep_ms
+        self._clock = 0
+        self._opened: deque[tuple[int, int]] = deque()  # (clock at opening, window), oldest first
         self.counts: dict[int, dict[K, V]] = {}
 
-    def open(self, window: int) -> dict[K, V] | None:
-        """The values of `window`, made when it is new; None for a window older than those kept."""
+    def open(self, window: int) -> dict[K, V]:
+        """The values of `window`, made when it is new."""
         counter = self.counts.get(window)
         if counter is None:
-            if self._newest is not None and window < self._newest - self._keep:
-                return None
             counter = self.counts[window] = {}
-            if self._newest is None or window > self._newest:
-                self._newest = window
-                for old in [w for w in self.counts if w < window - self._keep]:
-                    del self.counts[old]
+            self._opened.append((self._clock, window))
         return counter
+
+    def advance(self, clock: int) -> None:
+        """Move the clock to `clock` (never back) and drop the windows opened `keep_ms` before it.
+        Windows opened before the clock was first set count as opened then."""
+        if clock <= self._clock:
+            return
+        if not self._clock:
+            self._opened = deque((clock, window) for _, window in self._opened)
+        self._clock = clock
+        opened, counts, oldest = self._opened, self.counts, clock - self._keep_ms
+        while opened and opened[0][0] < oldest:
+            counts.pop(opened.popleft()[1], None)
 
 
 class ViewWindows:
@@ -62,15 +77,21 @@ class ViewWindows:
         # before.
         # An address past `LONG` views a minute (or agents an hour) has them in an array (or a set),
         # which takes one more without copying them all.
-        self._address: _Windows[str, int | tuple[int, ...] | array[int]] = _Windows(KEEP_MINUTES)
+        self._address: _Windows[str, int | tuple[int, ...] | array[int]] = _Windows(KEEP_MINUTE_MS)
         # Per hour, each address's agent, or the tuple of them once it has shown two.
-        self._agents: _Windows[str, str | tuple[str, ...] | set[str]] = _Windows(KEEP_HOURS)
+        self._agents: _Windows[str, str | tuple[str, ...] | set[str]] = _Windows(KEEP_HOUR_MS)
         # Keyed by the hash of one string (video, separator, viewer): an int kept, not the text (a
         # collision, one in 2^64 a pair, adds two viewers' views up), and a dict of integers is not
         # tracked by the cyclic garbage collector, so its millions of entries cost no scan time.
-        self._viewer: _Windows[int, int] = _Windows(KEEP_DAYS)
+        self._viewer: _Windows[int, int] = _Windows(KEEP_DAY_MS)
         # Per video and day: its views long enough to count, and its `NEAR` key those near the threshold.
-        self._video_day: _Windows[str, int] = _Windows(KEEP_DAYS)
+        self._video_day: _Windows[str, int] = _Windows(KEEP_DAY_MS)
+
+    def advance(self, clock: int) -> None:
+        """Move the worker's clock to `clock` (the newest ingest time seen; never back) and drop the
+        windows opened longer ago than they are kept."""
+        for windows in (self._address, self._agents, self._viewer, self._video_day):
+            windows.advance(clock)
 
     def observe(self, event: Event, count: bool = True) -> tuple[int, int, int]:
         """Count a view (unless `count` is false: a copy already counted); return (views from its
@@ -99,71 +120,63 @@ class ViewWindows:
             minute = _minute_of(ts)
             by_minute = self._address.counts
             times_of = by_minute.get(minute) or self._address.open(minute)
-            if times_of is None:
+            times = times_of.get(ip)
+            if times is None:  # the address's first view this minute (most are): its time
+                if count:
+                    times_of[ip] = ts
                 address_views = 1
+            elif times.__class__ is int:  # its second: both times, sorted
+                if count:
+                    times_of[ip] = (times, ts) if times <= ts else (ts, times)
+                address_views = (times <= ts) + count or 1
             else:
-                times = times_of.get(ip)
-                if times is None:  # the address's first view this minute (most are): its time
-                    if count:
-                        times_of[ip] = ts
-                    address_views = 1
-                elif times.__class__ is int:  # its second: both times, sorted
-                    if count:
-                        times_of[ip] = (times, ts) if times <= ts else (ts, times)
-                    address_views = (times <= ts) + count or 1
-                else:
-                    at = bisect_right(times, ts)  # type: ignore[arg-type]
-                    if count:
-                        if times.__class__ is not tuple:
-                            times.insert(at, ts)  # type: ignore[union-attr]
-                        elif len(times) < LONG:
-                            times_of[ip] = (*times[:at], ts, *times[at:])
-                        else:
-                            times_of[ip] = longer = array("q", times)
-                            longer.insert(at, ts)
-                    address_views = at + count or 1
-                before = by_minute.get(minute - 1)
-                if before is not None and (earlier := before.get(ip)) is not None:
-                    start = ts - _SPAN_MS
-                    if earlier.__class__ is int:
-                        address_views += earlier >= start
+                at = bisect_right(times, ts)  # type: ignore[arg-type]
+                if count:
+                    if times.__class__ is not tuple:
+                        times.insert(at, ts)  # type: ignore[union-attr]
+                    elif len(times) < LONG:
+                        times_of[ip] = (*times[:at], ts, *times[at:])
                     else:
-                        address_views += len(earlier) - bisect_left(earlier, start)  # type: ignore[arg-type]
+                        times_of[ip] = longer = array("q", times)
+                        longer.insert(at, ts)
+                address_views = at + count or 1
+            before = by_minute.get(minute - 1)
+            if before is not None and (earlier := before.get(ip)) is not None:
+                start = ts - _SPAN_MS
+                if earlier.__class__ is int:
+                    address_views += earlier >= start
+                else:
+                    address_views += len(earlier) - bisect_left(earlier, start)  # type: ignore[arg-type]
             # Distinct agents from the address this hour: one agent, or the tuple of them once two.
             hour = _hour_of(ts)
             agents_of = self._agents.counts.get(hour) or self._agents.open(hour)
-            if agents_of is None:
+            seen = agents_of.get(ip)
+            if seen is None:
+                if agent and count:
+                    agents_of[ip] = agent
                 address_agents = 1 if agent else 0
-            else:
-                seen = agents_of.get(ip)
-                if seen is None:
-                    if agent and count:
-                        agents_of[ip] = agent
-                    address_agents = 1 if agent else 0
-                elif seen.__class__ is str:
-                    if not agent or agent == seen:
-                        address_agents = 1
-                    else:
-                        if count:
-                            agents_of[ip] = (seen, agent)
-                        address_agents = 2
+            elif seen.__class__ is str:
+                if not agent or agent == seen:
+                    address_agents = 1
                 else:
-                    if agent and agent not in seen:
-                        if count:
-                            if seen.__class__ is not tuple:
-                                seen.add(agent)  # type: ignore[union-attr]
-                                address_agents = -1  # len(seen) below counts it already
-                            elif len(seen) < LONG:
-                                agents_of[ip] = (*seen, agent)
-                            else:
-                                agents_of[ip] = {*seen, agent}
-                        address_agents += 1
-                    address_agents += len(seen)
+                    if count:
+                        agents_of[ip] = (seen, agent)
+                    address_agents = 2
+            else:
+                if agent and agent not in seen:
+                    if count:
+                        if seen.__class__ is not tuple:
+                            seen.add(agent)  # type: ignore[union-attr]
+                            address_agents = -1  # len(seen) below counts it already
+                        elif len(seen) < LONG:
+                            agents_of[ip] = (*seen, agent)
+                        else:
+                            agents_of[ip] = {*seen, agent}
+                    address_agents += 1
+                address_agents += len(seen)
         step = 1 if count else 0
         day = _day_of(ts)
         by_viewer = self._viewer.counts.get(day) or self._viewer.open(day)
-        if by_viewer is None:
-            return address_views, 1, address_agents
         key = hash(f"{video_id}\x1f{viewer}")  # an int kept, not the text
         viewer_views = by_viewer.get(key, 0) + step
         by_viewer[key] = viewer_views
@@ -176,8 +189,6 @@ class ViewWindows:
         step = 1 if count else 0
         day = _day_of(ts)
         counter = self._video_day.counts.get(day) or self._video_day.open(day)
-        if counter is None:
-            return (1 if near else 0), 1
         qualified = counter.get(video_id, 0) + step
         counter[video_id] = qualified
         if not near:

@@ -16,7 +16,7 @@ import redis
 import redis.asyncio as aioredis
 import zstandard
 
-from counting import keys, oracle, rules
+from counting import bots, keys, oracle, rules
 from counting.event import Event
 from counting.redisconn import async_client
 from counting.settings import Settings
@@ -174,6 +174,27 @@ async def test_replayed_records_change_nothing(
     report = await again.handle(records)
     assert report.applied == 0 and report.skipped == len(records)
     assert {v: speed_counts(redis_client, v) for v in before} == before == oracle.count(events)
+
+
+async def test_a_burst_whose_event_time_lags_the_others_is_held_to_the_velocity_limit(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
+) -> None:
+    """Views of other videos an hour back, then 200 views of one video from one address within 8 s,
+    three hours back: the burst is judged on its own window and held to the velocity limit (it was
+    counted whole, its minutes older than those kept behind the newest one seen). The batch, which
+    sees the whole window, rejects all 200."""
+    t = Traffic(seed=43, now_ms=T0)
+    others = [t.view(f"o{i % 20}", f"u{i}", ts=T0 - rules.HOUR_MS + i * 100) for i in range(500)]
+    start = T0 - 3 * rules.HOUR_MS
+    burst = [t.view("burst", f"b{i}", ip="203.0.113.7", ts=start + i * 40) for i in range(200)]
+    limit = bots.shipped().max_views_per_address_minute
+    await _count(settings, aclient, pack(others + burst, PARTITIONS, per_record=5), batch=10)
+    served = speed_counts(redis_client, "burst")
+    held = (limit, limit, {"address_velocity": 200 - limit})
+    assert (served.views, served.unique_viewers, served.rejected) == held
+    assert oracle.count(others + burst)["burst"].rejected == {"address_velocity": 200}
+    for video, counts in oracle.count(others).items():  # the other videos, every view human
+        assert speed_counts(redis_client, video) == counts, video
 
 
 async def test_the_state_of_the_earlier_redis_state_counter_is_refused_naming_the_rebuild(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 from counting import rules
-from speed_layer.counter.windows import KEEP_HOURS, KEEP_MINUTES, LONG, ViewWindows
+from speed_layer.counter.windows import KEEP_HOUR_MS, KEEP_MINUTE_MS, LONG, ViewWindows
 from tests.speed_layer.helpers import Traffic
 
 NOW = 1_795_000_000_000
@@ -68,15 +68,40 @@ def test_a_busy_address_counts_as_one_seen_by_brute_force() -> None:
     assert len({a for _, a in counted}) > LONG
 
 
-def test_old_minutes_are_forgotten_and_late_views_count_from_one() -> None:
+def test_a_window_is_judged_on_its_own_views_however_far_its_event_time_lags() -> None:
+    """Views of other videos an hour back, then a burst from one address three hours back: the
+    burst's minute and hour are its own, not dropped behind the newest event time seen."""
     t = Traffic(now_ms=NOW)
     windows = ViewWindows()
+    windows.advance(NOW)
+    for i in range(500):
+        windows.observe(t.view(f"o{i % 20}", f"u{i}", ts=NOW - rules.HOUR_MS + i * 100))
+    start = NOW - 3 * rules.HOUR_MS
+    burst = [
+        windows.observe(t.view("v", f"b{i}", ip="203.0.113.7", ts=start + i * 40, user_agent=f"agent {i}"))
+        for i in range(200)
+    ]
+    assert [views for views, _, _ in burst] == list(range(1, 201))
+    assert [agents for _, _, agents in burst] == list(range(1, 201))
+
+
+def test_windows_are_dropped_once_the_clock_passes_their_keep_and_late_views_count_from_one() -> None:
+    t = Traffic(now_ms=NOW)
+    windows = ViewWindows()
+    windows.advance(NOW)
     for minute in range(50):
         windows.observe(t.view("v", f"u{minute}", ip="81.0.0.9", ts=NOW + minute * rules.MINUTE_MS))
-    assert len(windows) <= KEEP_MINUTES + 1 + KEEP_HOURS + 1 + 50
-    late = t.view("v", "late", ip="81.0.0.9", ts=NOW)
-    assert windows.observe(late)[:2] == (1, 1)
-    assert windows.observe(late)[:2] == (1, 2)
+    late = t.view("v", "late", ip="81.0.0.9", ts=NOW, user_agent="another agent")
+    assert windows.observe(late) == (2, 1, 2)  # its minute and hour still kept
+    windows.advance(NOW + KEEP_MINUTE_MS + 1)
+    assert windows.observe(late) == (1, 2, 2)  # the minute dropped, the hour and day kept
+    windows.advance(NOW + KEEP_HOUR_MS + 1)
+    assert windows.observe(late) == (1, 3, 1)
+    assert windows.observe(late, count=False)[:2] == (1, 3)
+    windows.advance(NOW - rules.DAY_MS)  # the clock never moves back
+    assert windows.observe(late) == (2, 4, 1)
+    # What is left: the late view's minute and hour, opened again, and the day's 51 viewers.
+    assert len(windows) == 1 + 1 + 51
 
 
 def test_counts_views_long_enough_and_near_the_threshold_per_video_day() -> None:
