@@ -112,16 +112,15 @@ def event_verdict(batch_dir: Path, baseline: Baseline | None, event: dict[str, A
 def video_explanations(
     batch_dir: Path, baseline: Baseline | None, video_id: str, limit: int
 ) -> dict[str, Any]:
-    """The served batch run's flagged count of a video and its latest `limit` refused or flagged
-    views with their scores and signals (`explained`, newest ingestion first)."""
+    """The served batch run's latest `limit` refused or flagged views of a video with their scores
+    and signals (`explained`, newest ingestion first)."""
     if baseline is None:
-        return {"flagged": 0, "explained": {"batch_run_id": None, "views": []}}
+        return {"explained": {"batch_run_id": None, "views": []}}
     found = explanations_of_video(batch_dir, baseline.run_id, video_id)
     views = (
         [] if found is None else [{k: v for k, v in row.items() if v is not None} for row in found[:limit]]
     )
     return {
-        "flagged": baseline.get(video_id).flagged,
         "explained": {
             "batch_run_id": baseline.run_id,
             "batch_cutoff": baseline.cutoff,

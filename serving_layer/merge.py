@@ -20,6 +20,7 @@ class Stats:
     unique_viewers: int
     watching_now: int
     rejected: dict[str, int] = field(default_factory=dict)
+    flagged: int = 0
     approx: bool = False
     corrected_by_batch: int | None = None
 
@@ -43,6 +44,7 @@ def merge(video_id: str, base: BaselineRow | None, speed: SpeedCounts | None) ->
         unique_viewers=_unique_viewers(b, s),
         watching_now=s.watching_now,
         rejected=added_rejected(b.rejected, s.rejected),
+        flagged=b.flagged + s.flagged,
         approx=s.approx_uniques,
         corrected_by_batch=corrected_by_batch(base, speed),
     )

@@ -112,6 +112,10 @@ class StatsAnswer(BaseModel):
     dislikes_display: str
     unique_viewers_display: str
     rejected: dict[str, int]
+    flagged: int = Field(
+        description="counted views whose bot score is in the rules' soft band (counted, flagged for "
+        "review): the baseline's, then the speed layer's from the cutoff on"
+    )
     as_of: int
     batch_cutoff: int | None
     batch_run_id: str | None

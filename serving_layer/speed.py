@@ -56,6 +56,7 @@ _PLAIN = {
     "uniques": "unique_viewers",
     "short_views": "short_views",
     "repeat_views": "repeat_views",
+    "flagged": "flagged",
 }
 
 # A video's whole speed side in one read-only script. KEYS: its buckets index, viewers and watching
@@ -204,6 +205,7 @@ def _counts(flat: list[Any], uniques_field: str, before: bool) -> SpeedCounts:
         rejected=rejected,
         short_views=plain.get("short_views", 0),
         repeat_views=plain.get("repeat_views", 0),
+        flagged=plain.get("flagged", 0),
         watching_now=int(flat[1]),
         buckets=int(flat[0]),
         viewers_estimate=int(flat[3]) if flat[2] else None,

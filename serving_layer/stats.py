@@ -131,6 +131,7 @@ class StatsReader:
             "dislikes_display": readable(merged.dislikes),
             "unique_viewers_display": readable(merged.unique_viewers),
             "rejected": merged.rejected,
+            "flagged": merged.flagged,
             "as_of": now,
             "batch_cutoff": baseline.cutoff if baseline else None,
             "batch_run_id": baseline.run_id if baseline else None,

@@ -41,7 +41,13 @@ def admin_router(settings: Settings, reader: StatsReader) -> APIRouter:
         baseline = reader.baselines.get()
         explained = await asyncio.to_thread(video_explanations, settings.batch_dir, baseline, video_id, limit)
         held = await asyncio.to_thread(quarantined_events, settings.quarantine_dir, video_id)
-        answer = {"video_id": video_id, "rejected": counts["rejected"], **explained, **raw}
+        answer = {
+            "video_id": video_id,
+            "rejected": counts["rejected"],
+            "flagged": counts["flagged"],
+            **explained,
+            **raw,
+        }
         return {**answer, "in_quarantine": held}
 
     @router.get("/v1/admin/quarantine")

@@ -16,12 +16,13 @@ from speed_layer.counter.windows import ViewWindows
 
 SHORT = "s"
 QUALIFIED = "v"
+FLAGGED = "f"  # qualified, with a score in the rules' soft band: counted, and flagged as the batch flags it
 REACTION = "a"
 # Every verdict, by the code a marker keeps of it (`speed_layer/state/seen.py`, 8 bits). The codes follow
 # `signals.REASONS`: a new reason goes at its end, or the markers kept (the retry horizon) change
-# meaning.
+# meaning. FLAGGED has the top code, out of their way.
 VERDICTS: tuple[str, ...] = (SHORT, QUALIFIED, REACTION, *(f"rejected:{reason}" for reason in REASONS))
-VERDICT_CODE: dict[str, int] = {verdict: code for code, verdict in enumerate(VERDICTS)}
+VERDICT_CODE: dict[str, int] = {verdict: code for code, verdict in enumerate(VERDICTS)} | {FLAGGED: 255}
 _intern = sys.intern
 
 
@@ -34,8 +35,8 @@ def rejected_fields(bot_filter: BotFilter) -> tuple[str | None, ...]:
 def judge_view(
     event: Event, viewer: str, first_copy: bool, windows: ViewWindows, bot_filter: BotFilter
 ) -> str:
-    """SHORT, QUALIFIED or the rejection field of a view; a copy already judged (`first_copy`
-    false) is not counted again in the windows."""
+    """SHORT, QUALIFIED, FLAGGED (qualified, in the soft band) or the rejection field of a view; a
+    copy already judged (`first_copy` false) is not counted again in the windows."""
     ts = event.ts
     # What the windows and the bot filter's caches keep: one object per address and agent, not
     # one per event.
@@ -59,4 +60,6 @@ def judge_view(
     near_views, qualified_views = windows.observe_qualified(ts, event.video_id, near, weighed)
     bunched = near and bot_filter.is_bunched(near_views, qualified_views)
     mask = static | bot_filter.window_mask(client, address_views, viewer_views, bunched, address_agents)
-    return (rejected_field[mask] if mask else None) or QUALIFIED
+    if not mask:
+        return QUALIFIED
+    return rejected_field[mask] or (FLAGGED if bot_filter.flagged_by_mask[mask] else QUALIFIED)

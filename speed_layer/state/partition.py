@@ -43,7 +43,7 @@ import msgspec
 from counting import rules
 from counting.event import Event
 from counting.wire import decode_events, encode_events
-from speed_layer.counter.judge import QUALIFIED, REACTION, SHORT, VERDICT_CODE
+from speed_layer.counter.judge import FLAGGED, QUALIFIED, REACTION, SHORT, VERDICT_CODE
 from speed_layer.state.counted_views import WINDOW, Counted, window_key
 from speed_layer.state.rows import RowTable
 from speed_layer.state.seen import Marker, SeenTable, fingerprint, video_tag
@@ -76,6 +76,7 @@ _route_of = rules.route_of
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder()
 _LIKED, _DISLIKED = rules.LIKED, rules.DISLIKED
+_FLAGGED_CODE = VERDICT_CODE[FLAGGED]
 # The tables of fixed-width rows: in a changelog entry, a snapshot or a hand-off, their records' bytes.
 ROW_TABLES = ("seen", "windows")
 # A session's newest heartbeat restored from a changelog written before beats carried the viewer's
@@ -299,10 +300,10 @@ class PartitionState:
             self._react(
                 video, event.user_id or "", event.ts, event_id, rules.REACTION_STATE[event.type], bucket
             )
-        elif verdict == QUALIFIED:
+        elif verdict in (QUALIFIED, FLAGGED):
             if window is None:
                 window = window_key(video, viewer, rules.view_window_of(event.ts))
-            self._view(video, window, (ingest_ts, fp, route, tag), digest, bucket, seen)
+            self._view(video, window, (ingest_ts, fp, route, tag), digest, bucket, seen, verdict == FLAGGED)
         else:
             name = "short_views" if verdict == SHORT else verdict
             if was is not None:
@@ -311,11 +312,19 @@ class PartitionState:
         return True
 
     def _view(
-        self, video: str, window: int, view: Counted, digest: str, bucket: int, seen: Marker | None
+        self,
+        video: str,
+        window: int,
+        view: Counted,
+        digest: str,
+        bucket: int,
+        seen: Marker | None,
+        flagged: bool = False,
     ) -> None:
-        """A qualified view (`view`: as its `window` keeps it when counted): of a viewer's views of a
-        video in one window, the first by (ingest_ts, marker fingerprint) counts, the others are
-        repeats."""
+        """A qualified view (`view`: as its `window` keeps it when counted; `flagged`: in the soft
+        band): of a viewer's views of a video in one window, the first by (ingest_ts, marker
+        fingerprint) counts, the others are repeats. The counted view's bucket counts it in
+        `flagged` too when it is flagged (a repeat is not, as the batch has it)."""
         windows = self.windows
         counted = windows.get(window)
         if seen is not None:  # an earlier copy of an applied view
@@ -323,25 +332,34 @@ class PartitionState:
             if counted is not None and counted[1] == view[1]:  # the counted one: it stays, earlier
                 windows.put(window, view)
                 self._add(video, was, "views", -1)
-                self._count_view(video, digest, bucket)
+                if flagged:
+                    self._add(video, was, "flagged", -1)
+                self._count_view(video, digest, bucket, flagged)
                 return
             self._add(video, was, "repeat_views", -1)
         if counted is None:
             windows.put(window, view)
-            self._count_view(video, digest, bucket)
+            self._count_view(video, digest, bucket, flagged)
         elif (view[0], view[1]) < (counted[0], counted[1]):
             windows.put(window, view)
             was = _bucket_of(counted[0], self.bucket_ms)
             self._add(video, was, "views", -1)
             self._add(video, was, "repeat_views", 1)
-            self._count_view(video, digest, bucket)
+            # The view it replaces was flagged if its marker says so (a marker past the retry
+            # horizon is gone: its flag then stays where it was, until the batch).
+            marker = self.seen.get(counted[1])
+            if marker is not None and marker[1] == _FLAGGED_CODE:
+                self._add(video, was, "flagged", -1)
+            self._count_view(video, digest, bucket, flagged)
         else:
             self._add(video, bucket, "repeat_views", 1)
 
-    def _count_view(self, video: str, digest: str, bucket: int) -> None:
-        """A counted view: its bucket's views and sketch, and the viewer's first bucket (each
-        bucket's `uniques` counts the viewers first counted in it)."""
+    def _count_view(self, video: str, digest: str, bucket: int, flagged: bool) -> None:
+        """A counted view: its bucket's views (and `flagged`) and sketch, and the viewer's first
+        bucket (each bucket's `uniques` counts the viewers first counted in it)."""
         self._add(video, bucket, "views", 1)
+        if flagged:
+            self._add(video, bucket, "flagged", 1)
         self.changes.sketches.setdefault(video + SEP + str(bucket), []).append(digest)
         key = video + SEP + digest
         first = self.firsts.get(key)

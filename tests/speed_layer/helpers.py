@@ -182,6 +182,7 @@ def speed_counts(
         rejected={r: totals[f"rejected:{r}"] for r in bots.REASONS if totals[f"rejected:{r}"]},
         short_views=totals["short_views"],
         repeat_views=totals["repeat_views"],
+        flagged=totals["flagged"],
     )
 
 

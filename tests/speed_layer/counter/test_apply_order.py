@@ -16,7 +16,7 @@ from counting.settings import Settings
 from counting.wire import encode_events
 from speed_layer.counter.handoff import home_of
 from speed_layer.records import Record
-from tests.speed_layer.helpers import Traffic, no_dead_letters, speed_counts
+from tests.speed_layer.helpers import BROWSER, Traffic, no_dead_letters, speed_counts
 from tests.writers import new_counter
 
 pytestmark = pytest.mark.integration
@@ -95,7 +95,8 @@ async def test_any_application_order_gives_the_oracle_at_every_cutoff(
     _assert_every_cutoff(redis_client, events, settings.bucket_ms)
 
 
-def _view(event_id: str, ingest_ts: int, user: str = "alice") -> Event:
+def _view(event_id: str, ingest_ts: int, user: str = "alice", agent: str | None = BROWSER) -> Event:
+    """A view of "viral" at T0; without a user agent it is in the rules' soft band (flagged)."""
     return Event(
         event_id=event_id,
         type="view",
@@ -104,6 +105,7 @@ def _view(event_id: str, ingest_ts: int, user: str = "alice") -> Event:
         user_id=user,
         session_id="s",
         watch_secs=60.0,
+        user_agent=agent,
         ingest_ts=ingest_ts,
     )
 
@@ -136,15 +138,33 @@ async def test_an_earlier_view_applied_later_takes_the_count_and_the_first_bucke
     assert score is None  # no view of the video counts in that bucket any more
 
 
+@pytest.mark.parametrize("flagged_first", [True, False])
+async def test_the_flag_follows_the_counted_view_of_a_window(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis, flagged_first: bool
+) -> None:
+    """Of a viewer's two views of a window, one flagged (no user agent: the soft band), the earlier
+    counts, applied first or not: its bucket counts it in `flagged` when it is the flagged one, and
+    the bucket of the view it replaced no longer does."""
+    early = _view("a1", T0 + 500, agent=None if flagged_first else BROWSER)
+    late = _view("a2", T0 + 5_500, agent=BROWSER if flagged_first else None)
+    assert oracle.count([early, late])["viral"].flagged == (1 if flagged_first else 0)
+    worker = new_counter(settings, aclient, no_dead_letters)
+    for record in _records(settings, late, early):  # the later first: it counts, then is replaced
+        await worker.handle([record])
+    flagged = [_bucket(redis_client, t, settings.bucket_ms).get("flagged", 0) for t in (T0 + 500, T0 + 5_500)]
+    assert flagged == [1 if flagged_first else 0, 0]
+    assert speed_counts(redis_client, "viral") == oracle.count([early, late])["viral"]
+
+
 async def test_a_copy_ingested_earlier_moves_the_count_to_its_bucket(
     settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
 ) -> None:
-    late_copy, early_copy = _view("a1", T0 + 5_500), _view("a1", T0 + 500)
+    late_copy, early_copy = _view("a1", T0 + 5_500, agent=None), _view("a1", T0 + 500, agent=None)
     worker = new_counter(settings, aclient, no_dead_letters)
     for record in _records(settings, late_copy, early_copy):
         await worker.handle([record])
-    assert _bucket(redis_client, T0 + 500, settings.bucket_ms) == {"views": 1, "uniques": 1}
-    assert _bucket(redis_client, T0 + 5_500, settings.bucket_ms) == {"views": 0, "uniques": 0}
+    assert _bucket(redis_client, T0 + 500, settings.bucket_ms) == {"views": 1, "uniques": 1, "flagged": 1}
+    assert _bucket(redis_client, T0 + 5_500, settings.bucket_ms) == {"views": 0, "uniques": 0, "flagged": 0}
 
 
 async def test_a_like_applied_after_its_unlike_still_counts_in_its_own_bucket(

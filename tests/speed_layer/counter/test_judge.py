@@ -9,7 +9,7 @@ import random
 from counting import bots, rules
 from counting.event import Event
 from speed_layer.counter.hot import HotVideos
-from speed_layer.counter.judge import QUALIFIED, judge_view
+from speed_layer.counter.judge import FLAGGED, QUALIFIED, judge_view
 from speed_layer.counter.windows import ViewWindows
 from tests.rulesfiles import BROWSER, IMPOSSIBLE_AGENT, threshold_gamed_views
 from tests.speed_layer.helpers import Traffic
@@ -61,9 +61,13 @@ def test_verdicts_equal_the_rules_on_random_views() -> None:
         bunched = near and bots.SHIPPED.is_bunched(near_views, qualified_views)
         found = bots.SHIPPED.signals_for(event, address_views, viewer_views, bunched, address_agents)
         reason = bots.SHIPPED.rejection_reason(found)
-        expected.append(QUALIFIED if reason is None else f"rejected:{reason}")
+        if reason is not None:
+            expected.append(f"rejected:{reason}")
+        else:
+            expected.append(FLAGGED if bots.SHIPPED.is_flagged(found) else QUALIFIED)
     assert _verdicts(events) == expected
-    assert len(set(expected)) > 3
+    assert {QUALIFIED, FLAGGED} <= set(expected)
+    assert len(set(expected)) > 4
     assert f"rejected:{bots.THRESHOLD_BUNCHING}" in expected
     assert f"rejected:{bots.AGENT_ROTATION}" in expected
     assert f"rejected:{bots.IMPOSSIBLE_AGENT}" in expected
