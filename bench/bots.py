@@ -15,12 +15,13 @@ before now, so that they are recent) and packed into records as the ingest API p
 Per label (human and each bot kind), over the deduplicated views long enough to count: the views
 sent, those the batch rejected and their share, and the reasons that fired. Targets: every bot kind
 at least 98 % rejected, at most 0.5 % of human views rejected, and the speed layer's served views
-within 10 % of the human views the batch counted. The speed layer judges a view when it arrives,
-so the views of a burst up to a window's threshold (with the shipped rules: the first 30 of an
-address's minute, the first 12 of a viewer's day, a video's day before it shows bunching) are
-served until the batch, which sees each window whole, replaces them; `speed_rejected` gives the
-speed layer's rejections by reason. `flagged`: the views the batch counted but flagged (a score in
-the rules' soft band); the human target counts them with the rejected ones.
+within 5 % of the human views the batch counted (`speed_over_human_before_batch`, their ratio). The
+speed layer judges a view when it arrives, so the views of a burst up to a window's threshold (with
+the shipped rules: the first 30 of an address's minute, the first 12 of a viewer's day, a video's
+day before it shows bunching) are served until the batch, which sees each window whole, replaces
+them; `speed_rejected` gives the speed layer's rejections by reason. `flagged`: the views the batch
+counted but flagged (a score in the rules' soft band); the human target counts them with the
+rejected ones.
 
 Prints progress to stderr, then one line of JSON; writes bench/results/bots.json (or `--out`).
 Exit status 1 when the run did not complete (a record dead-lettered, a view missing from the batch);
@@ -64,7 +65,8 @@ from warehouse.explanations import FLAGGED
 RESULTS = Path(__file__).parent / "results"
 TARGET_BOT_REJECTED_MIN_SHARE = 0.98
 TARGET_HUMAN_REJECTED_MAX_SHARE = 0.005
-TARGET_SPEED_VS_HUMAN_MAX = 0.10
+# The speed layer's served views over the human views the batch counted: within 5 % of 1.0 (issue 51).
+TARGET_SPEED_OVER_HUMAN_OFF_AT_MOST = 0.05
 HOUR_MS = 3_600_000
 START_HOURS_AGO = 3
 CHUNK_RECORDS = 2_000  # records per counter micro-batch
@@ -213,23 +215,24 @@ def summary(labels: dict[str, dict[str, Any]], speed_views: int, human_counted: 
     worst = min(bot_shares, key=lambda kind: bot_shares[kind] if bot_shares[kind] is not None else -1.0)
     bot_min = bot_shares[worst]
     human = labels[HUMAN]["rejected_or_flagged_share"]
-    speed_vs_human = round(speed_views / human_counted - 1, 5) if human_counted else None
+    over_human = round(speed_views / human_counted, 5) if human_counted else None
     return {
         "bot_rejected_min_share": bot_min,
         "bot_rejected_min_kind": worst,
         "human_rejected_or_flagged_share": human,
         "speed_served_views": speed_views,
         "human_counted_views": human_counted,
-        "speed_vs_human": speed_vs_human,
+        "speed_over_human_before_batch": over_human,
         "targets": {
             "bot_rejected_min_share_at_least": TARGET_BOT_REJECTED_MIN_SHARE,
             "human_rejected_or_flagged_share_at_most": TARGET_HUMAN_REJECTED_MAX_SHARE,
-            "speed_vs_human_abs_at_most": TARGET_SPEED_VS_HUMAN_MAX,
+            "speed_over_human_before_batch_off_1_at_most": TARGET_SPEED_OVER_HUMAN_OFF_AT_MOST,
         },
         "targets_met": {
             "bot_rejected_min_share": bot_min is not None and bot_min >= TARGET_BOT_REJECTED_MIN_SHARE,
             "human_rejected_or_flagged_share": human is not None and human <= TARGET_HUMAN_REJECTED_MAX_SHARE,
-            "speed_vs_human": speed_vs_human is not None and abs(speed_vs_human) <= TARGET_SPEED_VS_HUMAN_MAX,
+            "speed_over_human_before_batch": over_human is not None
+            and abs(over_human - 1) <= TARGET_SPEED_OVER_HUMAN_OFF_AT_MOST,
         },
     }
 

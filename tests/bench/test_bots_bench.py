@@ -51,7 +51,7 @@ def test_quick_bots_bench_rejects_the_bots_and_spares_the_humans(tmp_path: Path)
     assert set(result["targets_met"]) == {
         "bot_rejected_min_share",
         "human_rejected_or_flagged_share",
-        "speed_vs_human",
+        "speed_over_human_before_batch",
     }
     assert result["rules_version"]
     assert result["machine"]["cpus"] >= 1
