@@ -5,6 +5,6 @@ from __future__ import annotations
 from ingest.routers.batch import batch_router
 from ingest.routers.health import health_router
 from ingest.routers.intake import Writer
-from ingest.routers.single import single_router
+from ingest.routers.single import SingleWrites, single_router, single_writes
 
-__all__ = ["Writer", "batch_router", "health_router", "single_router"]
+__all__ = ["SingleWrites", "Writer", "batch_router", "health_router", "single_router", "single_writes"]

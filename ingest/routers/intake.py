@@ -3,6 +3,7 @@ broker, then record the reactions in Redis)."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterable
 from dataclasses import dataclass
 
 from fastapi import Request
@@ -16,11 +17,16 @@ from ingest.reactions import ReactionState
 
 async def read_body(request: Request) -> bytes:
     """The request body, refused once it is larger than `MAX_BODY_BYTES` (declared or sent)."""
-    declared = request.headers.get("content-length")
+    return await read_capped(request.headers.get("content-length"), request.stream())
+
+
+async def read_capped(declared: str | None, chunks: AsyncIterable[bytes]) -> bytes:
+    """A body from its chunks, refused once it is larger than `MAX_BODY_BYTES`: at once when its
+    `declared` length (the Content-Length header) says so, else when the chunks pass it."""
     if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         raise InvalidEvent("body", f"larger than {MAX_BODY_BYTES} bytes (got {declared})")
     body = bytearray()
-    async for chunk in request.stream():
+    async for chunk in chunks:
         body.extend(chunk)
         if len(body) > MAX_BODY_BYTES:
             raise InvalidEvent("body", f"larger than {MAX_BODY_BYTES} bytes")

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
+from starlette.datastructures import Headers
 
 from counting.errors import InvalidEvent
 from counting.event import event_from_dict, is_valid_video_id
@@ -43,9 +45,8 @@ def _admission(settings: Settings, limiter: RateLimiter) -> Admit:
     return admit
 
 
-async def _body_fields(request: Request) -> dict[str, Any]:
+def _body_fields(body: bytes) -> dict[str, Any]:
     """The body's JSON object, refused when it sets a field the route, token or connection sets."""
-    body = await read_body(request)
     try:
         data = msgspec.json.decode(body) if body else {}
     except msgspec.DecodeError as exc:
@@ -63,23 +64,34 @@ async def _body_fields(request: Request) -> dict[str, Any]:
     return data
 
 
-def _single(
-    event_type: str, settings: Settings, admit: Admit, proxies: tuple[IPNetwork, ...], write: Writer
-) -> Any:
-    """The handler of the route writing `event_type` (named `handler`: the operation ids say so)."""
+@dataclass(frozen=True)
+class SingleWrites:
+    """What a user route does, from what its request carries to its answer's content (202): the
+    token, the rate limits, the video id, the body, then the write. Raises one of
+    `ingest.refusals.REFUSALS` when it refuses. FastAPI's routes and the plain write path
+    (`ingest.fast_path`) both answer through it."""
 
-    async def handler(request: Request) -> JSONResponse:
-        # The path's video and the Authorization header read here, not declared as parameters:
-        # FastAPI's solving of declared ones took 13 % of the ingest process's CPU at 800 likes/s
-        # (py-spy). `schemas.single_body` documents them.
-        video_id = request.path_params["video_id"]
-        user_id = verify_token(settings.user_token_secret, request.headers.get("authorization"))
-        peer = request.client.host if request.client else None
-        ip = client_address(peer, request.headers.getlist("x-forwarded-for"), proxies)
-        await admit(ip or peer or "unknown", user_id)
+    settings: Settings
+    admit: Admit
+    proxies: tuple[IPNetwork, ...]
+    write: Writer
+
+    async def __call__(
+        self,
+        event_type: str,
+        video_id: str,
+        headers: Headers,
+        peer: str | None,
+        body: Callable[[], Awaitable[bytes]],
+    ) -> dict[str, Any]:
+        """The answer's content of a write of `event_type` on `video_id`; `body` reads the request's
+        body (after the checks that need none)."""
+        user_id = verify_token(self.settings.user_token_secret, headers.get("authorization"))
+        ip = client_address(peer, headers.getlist("x-forwarded-for"), self.proxies)
+        await self.admit(ip or peer or "unknown", user_id)
         if not is_valid_video_id(video_id):
             raise InvalidEvent("video_id", f"must match [A-Za-z0-9_-]{{1,64}} (got {video_id!r})")
-        data = await _body_fields(request)
+        data = _body_fields(await body())
         now = now_ms()
         fields = {
             # Supplied by the server when the body leaves them out; the answer returns both, so a
@@ -91,32 +103,49 @@ def _single(
             "video_id": video_id,
             "user_id": user_id,
             "ip": ip,
-            "user_agent": user_agent(request.headers),
+            "user_agent": user_agent(headers),
         }
         event = event_from_dict(fields, now)
-        written, warnings = await write([event])
-        content = {
+        written, warnings = await self.write([event])
+        return {
             "accepted": 1,
             "ingest_ts": written[0].ingest_ts,
             "event_id": event.event_id,
             "ts": event.ts,
             "warnings": warnings,
         }
+
+
+def single_writes(
+    settings: Settings, limiter: RateLimiter, proxies: tuple[IPNetwork, ...], write: Writer
+) -> SingleWrites:
+    """The user routes' writes, rate limited per client address and per user."""
+    return SingleWrites(settings, _admission(settings, limiter), proxies, write)
+
+
+def _single(event_type: str, writes: SingleWrites) -> Any:
+    """The FastAPI handler of the route writing `event_type` (named `handler`: the operation ids
+    say so). The plain write path answers these requests first (`ingest.fast_path`)."""
+
+    async def handler(request: Request) -> JSONResponse:
+        # The path's video and the Authorization header read here, not declared as parameters:
+        # `schemas.single_body` documents them.
+        peer = request.client.host if request.client else None
+        content = await writes(
+            event_type, request.path_params["video_id"], request.headers, peer, lambda: read_body(request)
+        )
         return JSONResponse(status_code=202, content=content)
 
     return handler
 
 
-def single_router(
-    settings: Settings, limiter: RateLimiter, proxies: tuple[IPNetwork, ...], write: Writer
-) -> APIRouter:
-    """One route per entry of `SINGLE_ROUTES`, rate limited per client address and per user."""
+def single_router(writes: SingleWrites) -> APIRouter:
+    """One route per entry of `SINGLE_ROUTES`, each answered by `writes`."""
     router = APIRouter()
-    admit = _admission(settings, limiter)
     for method, path, event_type in SINGLE_ROUTES:
         router.add_api_route(
             path,
-            _single(event_type, settings, admit, proxies, write),
+            _single(event_type, writes),
             methods=[method],
             status_code=202,
             responses=ANSWERS,
