@@ -80,7 +80,7 @@ def _datacenter_addresses(count: int, seed: int) -> pa.Array:
     return pa.array(out)
 
 
-class _Writer:
+class LogWriter:
     """Writes row batches into `raw/ingest_date=/ingest_hour=/` files, one per hour, Kafka partition
     and chunk."""
 
@@ -120,7 +120,7 @@ def write_bench_log(
     datacenter = _datacenter_addresses(2_000, config.seed)
     agents = pa.array([agent for agent, _ in BROWSERS] + list(HEADLESS_AGENTS))
     fingerprints = pa.array([ja3 for _, ja3 in BROWSERS] + sorted(bots.SHIPPED.bad_ja3))
-    writer = _Writer(raw_dir)
+    writer = LogWriter(raw_dir)
     made = 0
     chunk = 0
     base_total = int(config.events / (1 + _RETRY))

@@ -87,7 +87,12 @@ class Settings(BaseSettings):
         description="Spark settings (a JSON object of key -> value) over the batch's defaults, "
         "batch_layer/spark_conf.py, which say why each one",
     )
-    archiver_flush_ms: int = Field(default=1_000, gt=0, description="longest an archiver batch waits")
+    archiver_flush_ms: int = Field(
+        default=10_000,
+        gt=0,
+        description="longest an archiver batch waits: each flush writes a file per partition, and the "
+        "batch's cost grows with the log's files (10 s: a tenth of the files of 1 s at low rates)",
+    )
     counter_flush_ms: int = Field(default=100, gt=0, description="longest a counter batch waits")
     faust_web_port: int = 6066
     faust_web_host: str = Field(

@@ -34,6 +34,7 @@ MAX_COUNTER_RECORDS = 1_000
 # The longest the broker may hold the counter's fetch when it has nothing new (speed_layer/fetch_wait.py).
 COUNTER_FETCH_WAIT_MS = 100
 MAX_ARCHIVER_RECORDS = 5_000
+WATERMARK_TICK_MS = 1_000
 
 
 def app_id(worker: str, settings: Settings, group: str | None = None) -> str:
@@ -209,7 +210,9 @@ def create_archiver_app(settings: Settings, options: WorkerOptions | None = None
     async def on_assigned(sender: Any, /, *args: Any, signal: BaseSignalT[Any], **kwargs: Any) -> None:
         log.forget()
 
-    @app.timer(interval=settings.archiver_flush_ms / 1000)
+    # The watermark samples the end offsets at least once a second, whatever the flush interval: a
+    # sample is met at the flush after it, so the watermark trails the log by one flush, not two.
+    @app.timer(interval=min(settings.archiver_flush_ms, WATERMARK_TICK_MS) / 1000)
     async def advance_watermark() -> None:
         await worker.advance_watermark()
 
