@@ -6,22 +6,20 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from bench.batch_layer import in_new_process
+from tests.bench.processes import run_bench
 
 # Not serial: the test checks what the benchmark counts and that its figures are there, not their
 # values, so it runs beside the others (the figures of record come from `python -m bench.…` alone).
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "bench.batch_layer", *args]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return run_bench("batch_layer", *args)
 
 
 def test_both_engines_run_alternately_and_agree_on_every_video(tmp_path: Path) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,16 +15,16 @@ import pytest
 
 from bench.batch_stages import idle_seconds
 from bench.batch_traffic import BenchTraffic, write_bench_log
+from tests.bench.processes import run_bench
 
 # serial: the run's stage times and profile samples are read from a Spark run alone on the machine.
 pytestmark = pytest.mark.serial
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(data_dir: Path, output: Path, *options: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "bench.batch_stages", "--data-dir", str(data_dir)]
-    command += ["--output", str(output), *options]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    return run_bench(
+        "batch_stages", "--data-dir", str(data_dir), "--output", str(output), *options, timeout=300
+    )
 
 
 @pytest.mark.slow

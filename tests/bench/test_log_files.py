@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.bench.processes import run_bench
+
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "bench.log_files", *args]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return run_bench("log_files", *args)
 
 
 def test_a_longer_flush_writes_a_tenth_of_the_files_and_the_job_counts_the_same(tmp_path: Path) -> None:
