@@ -20,6 +20,9 @@ def end_reader(bootstrap: str, group: str) -> Consumer:
             "group.id": group,
             "enable.auto.commit": False,
             "enable.partition.eof": True,
+            # librdkafka's own lines on stderr stop at errors (3): a broker away is a line every
+            # reconnect; the callers raise what it answered instead.
+            "log_level": 2,
         }
     )
 

@@ -116,7 +116,8 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
 
 @pytest.fixture
 def settings(tmp_path: Path, redis_url: str) -> Settings:
-    """Settings on a fresh data directory, small buckets, a topic of the test's own, explicit secrets."""
+    """Settings on a fresh data directory, small buckets, short waits, a topic of the test's own,
+    explicit secrets."""
     topic = f"events-{uuid.uuid4().hex[:8]}"
     return Settings(
         data_dir=tmp_path / "data",
@@ -129,6 +130,7 @@ def settings(tmp_path: Path, redis_url: str) -> Settings:
         dead_letter_topic=f"{topic}-dlq",
         topic_partitions=2,
         delivery_timeout_ms=1_000,
+        archiver_flush_ms=1_000,  # tests wait for the archiver: a file a second
         serving_cache_ms=0,
     )
 

@@ -138,7 +138,7 @@ def speed_rebuild(
     from rich.progress import Progress
 
     from counting import redisconn
-    from speed_layer.counter.rebuild import archived_records, rebuild
+    from speed_layer.counter.rebuild import rebuild
 
     settings = settings_of(data_dir)
 
@@ -146,13 +146,21 @@ def speed_rebuild(
         client = redisconn.async_client(settings)
         try:
             with Progress(console=console) as progress:
-                task = progress.add_task("replaying records", total=len(archived_records(settings)))
-                report = await rebuild(settings, client, lambda n: progress.advance(task, n), replace)
+                task = progress.add_task("replaying records", total=None)
+                report = await rebuild(
+                    settings,
+                    client,
+                    lambda done, total: progress.update(task, completed=done, total=total),
+                    replace,
+                )
         finally:
             await client.aclose()
+        skipped = f"; {report.undecodable} undecodable skipped" if report.undecodable else ""
         console.print(
-            f"replayed {report.records} records ({report.events} events) in {report.seconds:.1f} s; "
-            f"last offsets {report.last_offsets}: start the counter again"
+            f"replayed {report.records} records ({report.events} events; {report.from_broker} records "
+            f"from the broker past the archive{skipped}) in {report.seconds:.1f} s; "
+            f"last offsets {report.last_offsets}: start the counter again",
+            soft_wrap=True,
         )
 
     asyncio.run(run())

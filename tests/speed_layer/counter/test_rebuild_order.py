@@ -10,7 +10,7 @@ import msgspec
 
 from counting.event import Event
 from counting.settings import Settings
-from speed_layer.counter.rebuild import archived_records, partition_runs
+from speed_layer.counter.rebuild import archived, in_ingestion_order, partition_runs
 from speed_layer.records import Record
 from tests.logfiles import hour_folder, log_rows, write_rows
 from tests.speed_layer.helpers import Traffic
@@ -46,7 +46,7 @@ def test_the_archived_records_come_in_ingestion_order_across_partitions(settings
     _write_partition(settings.raw_dir, 1, [first])
     _write_partition(settings.raw_dir, 0, [second])
 
-    records = archived_records(settings)
+    records = in_ingestion_order(archived(settings))
 
     assert [(r.partition, r.offset) for r in records] == [(1, 0), (0, 0)]
     assert [Traffic.decode(r)[0].event_id for r in records] == ["a1", "a2"]
