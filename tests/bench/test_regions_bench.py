@@ -15,8 +15,10 @@ import pytest
 
 from bench import regions
 
-# serial: two whole stacks converge within the benchmark's wait, and it times them: alone on the machine.
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.serial]
+# Not serial: the test checks counts and convergence within the benchmark's waits (180 s each), not
+# how long they took; a write refused under load is retried (`post_traffic`), so it runs beside the
+# others (the figures of record come from `python -m bench.regions` alone).
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def test_two_regions_converge_on_the_oracles_counts_after_a_cut(tmp_path: Path) -> None:
