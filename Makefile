@@ -30,14 +30,14 @@ lint: install
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
-# The tests run on TEST_WORKERS pytest-xdist workers, one a core (a test file stays on one worker
-# with its module's fixtures; tests/conftest.py keeps the serving layer's files together), then
-# those marked `serial` (they assert on timing or rates) alone. Both phases run; the target fails if
-# either fails (5, nothing selected, fails only in both). Three workers kept the two CPUs busier
-# (96 % against 82 %) and finished the first phase about 1.5 min sooner, but under that load a
-# Ctrl-C'd `tally airflow` took more than its 75 s to stop (tests/dags/test_airflow_postgres.py,
-# 2026-11-28): two.
-TEST_WORKERS ?= 2
+# The tests run on TEST_WORKERS pytest-xdist workers (a test file stays on one worker with its
+# module's fixtures; tests/conftest.py keeps the serving layer's files together), then those marked
+# `serial` (they assert on timing or rates) alone. Both phases run; the target fails if either fails
+# (5, nothing selected, fails only in both). Three workers on two cores: the tests wait on brokers,
+# JVMs and subprocesses, so a third keeps the CPUs busy (first phase 15:28 against 17:15 on two,
+# 2026-11-29). Once, on 2026-11-28, a Ctrl-C'd `tally airflow` took more than its 75 s to stop
+# under that load (tests/dags/test_airflow_postgres.py); TEST_WORKERS=2 is the way back.
+TEST_WORKERS ?= 3
 
 # Each phase keeps a JUnit report (every test's time) under data/test-report/, for finding the
 # slow ones beside the --durations list pytest prints.
