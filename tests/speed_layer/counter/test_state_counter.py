@@ -6,6 +6,7 @@ partition's old owner is fenced out (the kills and the fencing on both kinds of 
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from collections.abc import Callable
@@ -942,3 +943,21 @@ async def test_a_partition_back_after_another_worker_counted_there_is_counted_on
     assert first.owned[0].generation == 3 and first.owned[0].state.offset == records[-1].offset
     counted = [e for e in events if partition_for(record_key(e.video_id), PARTITIONS) == 0]
     assert {v: speed_counts(redis_client, v) for v in oracle.count(counted)} == oracle.count(counted)
+
+
+async def test_records_past_the_states_next_offset_are_reported_as_not_counted(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Redis lost the state but the consumer resumes after its committed offsets: the counter says
+    which records it did not count and what to do, instead of serving short counts in silence."""
+    records = pack(Traffic(seed=52).mixed(n=200), PARTITIONS)
+    first = [r for r in records if r.partition == 0]
+    worker = await _count(settings, aclient, [r for r in records if r.partition != 0])
+    with caplog.at_level(logging.WARNING, logger="tally.speed_layer"):
+        await worker.handle(first[:2])
+        assert not [r for r in caplog.records if "counter_gap" in r.getMessage()]
+        await worker.handle(first[5:])
+    gaps = [r.getMessage() for r in caplog.records if "counter_gap" in r.getMessage()]
+    assert len(gaps) == 1
+    assert "partition=0 state_offset=1 first_offset=5 not_counted=3" in gaps[0]
+    assert "tally speed rebuild" in gaps[0]
