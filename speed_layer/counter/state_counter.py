@@ -578,5 +578,5 @@ def _warn_of_a_gap(partition: int, state_offset: int, first: int) -> None:
         first_offset=first,
         not_counted=first - state_offset - 1,
         action="the speed state in Redis is older than the counter's consumer offsets: stop the "
-        "counter and run 'tally speed rebuild' (it says when --replace is needed), then start it",
+        "counter, run 'tally speed rebuild --replace', then start it",
     )

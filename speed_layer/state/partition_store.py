@@ -117,6 +117,15 @@ async def counts_without_state(client: aioredis.Redis, topic: str, partitions: i
     return bool(videos) and not any(states)
 
 
+async def committed_partitions(client: aioredis.Redis, topic: str, partitions: int) -> list[int]:
+    """The partitions of `topic` with a committed state in Redis."""
+    async with client.pipeline(transaction=False) as pipe:  # one EXISTS each: many slots on a cluster
+        for partition in range(partitions):
+            pipe.exists(keys.partition_state(topic, partition, "offset"))
+        found = await pipe.execute()
+    return [p for p, n in enumerate(found) if n]
+
+
 def earlier_offset(topic: str, partition: int) -> str:
     """Where the Redis-state counter, deleted on 2026-11-28, kept a partition's offset: its key in
     Redis means that counter's counts and state are there, which this counter does not read."""

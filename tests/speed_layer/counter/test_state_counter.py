@@ -32,7 +32,7 @@ from speed_layer.counter.handoff import home_of
 from speed_layer.counter.rebuild import rebuild
 from speed_layer.counter.state_counter import StateCounter
 from speed_layer.counter.stream import PlannedBatch
-from speed_layer.errors import EarlierCounterState
+from speed_layer.errors import EarlierCounterState, RebuildRefused
 from speed_layer.records import Record
 from speed_layer.sink import sink
 from speed_layer.state import snapshot
@@ -960,4 +960,7 @@ async def test_records_past_the_states_next_offset_are_reported_as_not_counted(
     gaps = [r.getMessage() for r in caplog.records if "counter_gap" in r.getMessage()]
     assert len(gaps) == 1
     assert "partition=0 state_offset=1 first_offset=5 not_counted=3" in gaps[0]
-    assert "tally speed rebuild" in gaps[0]
+    assert "tally speed rebuild --replace" in gaps[0]
+    # What it says to do: a plain rebuild would skip what the state covers, so it refuses.
+    with pytest.raises(RebuildRefused, match=r"partitions \[0, 1, 2\].*tally speed rebuild --replace"):
+        await rebuild(settings, aclient)
