@@ -28,7 +28,7 @@ from speed_layer.counter.state_counter import StateCounter
 from speed_layer.deadletter import DeadLetter
 from speed_layer.errors import PoisonRecord, RebuildRefused
 from speed_layer.records import Record, decode_record
-from speed_layer.state.partition_store import committed_partitions, counts_without_state
+from speed_layer.state.partition_store import committed_partitions
 
 RECORDS_PER_WRITE = 2_000
 BROKER_TIMEOUT_S = 10.0  # the longest wait for the broker's answer, or its next record in the tail
@@ -173,8 +173,11 @@ async def rebuild(
     deletes the speed layer's keys (`is_speed_key`): for a state partly lost, or counts an earlier
     layout wrote."""
     started = time.monotonic()
-    topic, count = settings.events_topic, settings.topic_partitions
-    committed = [] if replace else await committed_partitions(client, topic, count)
+    committed = (
+        []
+        if replace
+        else await committed_partitions(client, settings.events_topic, settings.topic_partitions)
+    )
     if committed:
         raise RebuildRefused(
             f"Redis at {settings.redis_url} holds a committed counter state of partitions {committed}: "
@@ -183,7 +186,7 @@ async def rebuild(
             "deletes the speed layer's keys first; the ingest API's reactions and rate limits and the "
             "archiver's positions stay)"
         )
-    if not replace and await counts_without_state(client, topic, count):
+    if not replace and await client.scard(keys.videos_index()):  # counts, and no state: see above
         raise RebuildRefused(
             f"Redis at {settings.redis_url} holds speed counts that no partition of the counter "
             "committed (written by an earlier layout, or its state was partly lost): a replay "

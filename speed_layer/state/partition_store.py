@@ -105,23 +105,20 @@ class Chunk:
     last: bool
 
 
-async def counts_without_state(client: aioredis.Redis, topic: str, partitions: int) -> bool:
-    """Whether Redis has speed counts (the videos index the sink fills) but no partition of `topic`
-    has a committed state: the counts came from elsewhere, or the states were lost. A partition's
-    state is committed before its counts are sunk, so a fresh start never looks like this."""
-    async with client.pipeline(transaction=False) as pipe:  # one EXISTS each: many slots on a cluster
-        for partition in range(partitions):
-            pipe.exists(keys.partition_state(topic, partition, "offset"))
-        pipe.scard(keys.videos_index())
-        *states, videos = await pipe.execute()
-    return bool(videos) and not any(states)
-
-
 async def committed_partitions(client: aioredis.Redis, topic: str, partitions: int) -> list[int]:
-    """The partitions of `topic` with a committed state in Redis."""
+    """The partitions of `topic` with a committed state in Redis. A partition's state is committed
+    before its counts are sunk, so speed counts with none of these came from elsewhere, or the
+    states were lost."""
+    return await _partitions_with(
+        client, [keys.partition_state(topic, p, "offset") for p in range(partitions)]
+    )
+
+
+async def _partitions_with(client: aioredis.Redis, names: list[str]) -> list[int]:
+    """The indexes of the keys in `names` that exist (a partition's key each)."""
     async with client.pipeline(transaction=False) as pipe:  # one EXISTS each: many slots on a cluster
-        for partition in range(partitions):
-            pipe.exists(keys.partition_state(topic, partition, "offset"))
+        for name in names:
+            pipe.exists(name)
         found = await pipe.execute()
     return [p for p, n in enumerate(found) if n]
 
@@ -134,11 +131,7 @@ def earlier_offset(topic: str, partition: int) -> str:
 
 async def earlier_counter_partitions(client: aioredis.Redis, topic: str, partitions: int) -> list[int]:
     """The partitions of `topic` whose offset the earlier Redis-state counter left in Redis."""
-    async with client.pipeline(transaction=False) as pipe:  # one EXISTS each: many slots on a cluster
-        for partition in range(partitions):
-            pipe.exists(earlier_offset(topic, partition))
-        found = await pipe.execute()
-    return [p for p, n in enumerate(found) if n]
+    return await _partitions_with(client, [earlier_offset(topic, p) for p in range(partitions)])
 
 
 class PartitionStore:

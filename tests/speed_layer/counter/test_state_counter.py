@@ -964,3 +964,17 @@ async def test_records_past_the_states_next_offset_are_reported_as_not_counted(
     # What it says to do: a plain rebuild would skip what the state covers, so it refuses.
     with pytest.raises(RebuildRefused, match=r"partitions \[0, 1, 2\].*tally speed rebuild --replace"):
         await rebuild(settings, aclient)
+
+
+async def test_a_rebuild_over_counts_whose_state_was_lost_is_refused(
+    settings: Settings, aclient: aioredis.Redis, redis_client: redis.Redis
+) -> None:
+    """The counter's partition states are gone but its counts are not: a replay would add to them."""
+    await _count(settings, aclient, pack(Traffic(seed=53).mixed(n=100), PARTITIONS))
+    redis_client.delete(
+        *[keys.partition_state(settings.events_topic, p, "offset") for p in range(PARTITIONS)]
+    )
+    with pytest.raises(
+        RebuildRefused, match=r"no partition of the counter committed.*speed rebuild --replace"
+    ):
+        await rebuild(settings, aclient)
