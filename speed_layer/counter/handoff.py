@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 from counting import keys, rules
 from counting.values import ShardPlan, encode_shard_plan
 from counting.wire import partition_for, record_key
+from speed_layer.state.firsts import records_of
 from speed_layer.state.partition import NO_ROUTE, SEP, PartitionState
 from speed_layer.state.seen import video_tag
 
@@ -64,9 +65,14 @@ def moved_entries(
                 for n, start in enumerate(range(0, len(moved), ROWS_BYTES)):
                     part = moved[start : start + ROWS_BYTES]
                     found.setdefault(partition, {})[f"{table}{SEP}{route}:{n}"] = part
-    for key, first in state.firsts.items():
-        if key.startswith(prefix):
-            put("firsts", key, first, rules.viewer_route(key[len(prefix) :]))
+    # The first buckets go as the video's records (a viewer's route: its digest's first 32 bits).
+    rows = state.firsts.of_video(video)
+    shard = (rows["digest"] >> np.uint64(32)) % np.uint64(shards)
+    for route in np.unique(shard).tolist():
+        partition = partition_of(route)
+        if partition != home:
+            moved = records_of(rows[shard == route]).tobytes()
+            found.setdefault(partition, {})[f"firsts{SEP}{route}"] = moved
     for key, history in state.reactions.items():
         if key.startswith(prefix):
             put("reactions", key, history, _route(key[len(prefix) :]))

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import msgspec
 import redis.asyncio as aioredis
+from xxhash import xxh64_intdigest as _xxh64
 
 from counting import rules
 from counting.bots import RulesInUse
@@ -77,10 +78,11 @@ _encoder = msgspec.msgpack.Encoder()
 # least this much): restore reads at most about twice the state.
 MIN_LOG_BYTES = 1 << 20
 _PRESENCE = frozenset({"heartbeat", "leave"})
-_viewer_of, _view_window_of, _is_qualified_view = (
+_viewer_of, _view_window_of, _is_qualified_view, _viewer_digest = (
     rules.viewer_of,
     rules.view_window_of,
     rules.is_qualified_view,
+    rules.viewer_digest,
 )
 
 
@@ -257,8 +259,8 @@ class StateCounter:
                 except PoisonRecord as exc:
                     dead_letters.append((record, exc))
                     decoded.append((record.offset, []))
-            # The markers of the group's views and reactions, and the windows of its views, looked up
-            # at once (presence has neither).
+            # The markers of the group's views and reactions, and the windows and viewers' first
+            # buckets of its views, looked up at once (presence has neither).
             flat = [e for _, events in decoded for e in events]
             fps = [0 if e.type in _PRESENCE else _fingerprint(e.video_id, e.event_id) for e in flat]
             viewers = [_viewer_of(e) if _is_qualified_view(e) else "" for e in flat]  # views that may count
@@ -266,8 +268,14 @@ class StateCounter:
                 _window_key(e.video_id, viewer, _view_window_of(e.ts)) if viewer else 0
                 for e, viewer in zip(flat, viewers, strict=True)
             ]
+            digests = [_viewer_digest(viewer) if viewer else "" for viewer in viewers]
+            firsts = [
+                _xxh64(f"{e.video_id}\x1f{digest}".encode()) if digest else 0  # `firsts.first_key`, inlined
+                for e, digest in zip(flat, digests, strict=True)
+            ]
             state.seen.fetch([fp for fp in fps if fp])
             state.windows.fetch([w for w in windows if w])
+            state.firsts.fetch([f for f in firsts if f])
             # The bot windows' clock: the newest ingest time of the group (stamped a record at a time).
             clock = max((events[-1].ingest_ts or 0 for _, events in decoded if events), default=0)
             self.windows.advance(clock)
@@ -276,6 +284,7 @@ class StateCounter:
             for offset, events in decoded:
                 for event in events:
                     fp, viewer, window = fps[at], viewers[at], windows[at]
+                    digest, key = digests[at], firsts[at]
                     at += 1
                     video = event.video_id
                     per_video[video] = per_video.get(video, 0) + 1
@@ -285,7 +294,7 @@ class StateCounter:
                     if video not in state.imported and home != partition and self._rebuilding:
                         self._take_over_from_home(video, home, partition, event)
                     if video in state.imported or home == partition:
-                        self._apply(state, event, bot_filter, commit, fp, viewer, window)
+                        self._apply(state, event, bot_filter, commit, fp, viewer, window, digest, key)
                     else:
                         state.hold(event)
                         commit.held += 1
@@ -393,9 +402,12 @@ class StateCounter:
         fp: int | None = None,
         viewer: str = "",
         window: int = 0,
+        digest: str = "",
+        first_fp: int = 0,
     ) -> None:
-        """Apply an event (`fp`: its marker's fingerprint; a view's `viewer` and `window` key, as
-        the batch's look-up made them; each made here if not given)."""
+        """Apply an event (`fp`: its marker's fingerprint; a view's `viewer`, `window` key, viewer
+        `digest` and first bucket's key (`first_fp`), as the batch's look-up made them; each made here
+        if not given)."""
         here = accepted_here(event, self._region)
         state.arrive(event.ingest_ts, here)
         kind = event.type
@@ -415,7 +427,8 @@ class StateCounter:
                 state.forward(event)
         else:
             return
-        if state.count(event, verdict, viewer, rules.viewer_digest(viewer), fp, window or None):
+        digest = digest or _viewer_digest(viewer)
+        if state.count(event, verdict, viewer, digest, fp, window or None, first_fp or None):
             commit.applied += 1
             if verdict.startswith("rejected:"):
                 commit.rejected[verdict] = commit.rejected.get(verdict, 0) + 1

@@ -25,6 +25,7 @@ from redis.exceptions import ResponseError
 
 from counting import keys, rules, values
 from counting.redisconn import AsyncRedis, ScriptCall, eval_each
+from speed_layer.state.firsts import viewers_in
 from speed_layer.state.partition import EXACT_VIEWERS_LIMIT, PRESENCE_KEEP_MS, SEP, PartitionState
 
 LUA = Path(__file__).with_name("sink.lua").read_text()
@@ -102,9 +103,8 @@ def plan_sink(
         videos[video].buckets.append(
             [keys.bucket_counts(video, b), keys.bucket_parts(video, b), b, expire_at(b), fields or {}]
         )
-    for key, first in _items(entry, "firsts"):
-        video, _, digest = key.rpartition(SEP)
-        if first is not None:
+    for video, raw in _items(entry, "firsts"):
+        for digest, first in viewers_in(raw):  # type: ignore[arg-type]
             videos[video].firsts += (digest, first)
     for key, digests in _items(entry, "sketches"):
         video, _, bucket = key.rpartition(SEP)

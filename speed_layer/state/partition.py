@@ -12,8 +12,10 @@ rewrites the same ones). Tables (keyed by text, `video SEP ...`, but the markers
 - windows: the counted view of each viewer's window (`speed_layer/state/counted_views.py`: rows keyed by
   a fingerprint of video, viewer and window, holding the view's ingest time, its event's marker
   fingerprint, its viewer's route and its video's tag; in a changelog entry, `WINDOW` bytes);
-- firsts: video SEP viewer digest -> the first bucket the viewer was counted in (exact up to
-  `EXACT_VIEWERS_LIMIT` viewers of a video in this partition, then only the sketch grows);
+- firsts: the first bucket each viewer of a video was counted in (`speed_layer/state/firsts.py`: rows
+  keyed by a fingerprint of video and viewer digest; exact up to `EXACT_VIEWERS_LIMIT` viewers of a
+  video in this partition, then only the sketch grows; in a changelog entry, per video, `RECORD`
+  bytes);
 - reactions: video SEP user -> the reactions that decide the pair's state in some bucket;
 - counts: video SEP bucket -> {field: value}; platform: bucket -> {field: value};
 - beats: video SEP session -> (ingest time, viewer route) of the newest heartbeat (the route tells
@@ -45,6 +47,7 @@ from counting.event import Event
 from counting.wire import decode_events, encode_events
 from speed_layer.counter.judge import FLAGGED, QUALIFIED, REACTION, SHORT, VERDICT_CODE
 from speed_layer.state.counted_views import WINDOW, Counted, window_key
+from speed_layer.state.firsts import FirstsTable, first_key
 from speed_layer.state.rows import RowTable
 from speed_layer.state.seen import Marker, SeenTable, fingerprint, video_tag
 
@@ -77,8 +80,9 @@ _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder()
 _LIKED, _DISLIKED = rules.LIKED, rules.DISLIKED
 _FLAGGED_CODE = VERDICT_CODE[FLAGGED]
-# The tables of fixed-width rows: in a changelog entry, a snapshot or a hand-off, their records' bytes.
-ROW_TABLES = ("seen", "windows")
+# The tables of fixed-width rows: in a changelog entry, a snapshot or a hand-off, their records' bytes
+# (the first buckets: per video).
+ROW_TABLES = ("seen", "windows", "firsts")
 # A session's newest heartbeat restored from a changelog written before beats carried the viewer's
 # route: it stays with the partition that has it (`handoff.moved_entries`).
 NO_ROUTE = -1
@@ -94,7 +98,7 @@ class Entry(TypedDict):
     newest: int
     seen: bytes  # `seen.ROW` records
     windows: bytes  # `counted_views.WINDOW` records
-    firsts: dict[str, int | None]
+    firsts: dict[str, bytes]  # per video, `firsts.RECORD` records
     reactions: dict[str, tuple[Reaction, ...] | None]
     counts: dict[str, dict[str, int] | None]
     platform: dict[str, dict[str, int] | None]
@@ -132,7 +136,7 @@ class PartitionState:
         # every full collection.
         self.seen = SeenTable(horizon_ms)
         self.windows = RowTable(WINDOW, horizon_ms)
-        self.firsts: dict[str, int] = {}
+        self.firsts = FirstsTable()
         self.reactions: dict[str, tuple[Reaction, ...]] = {}
         self.counts: dict[str, dict[str, int]] = {}
         self.platform: dict[str, dict[str, int]] = {}
@@ -144,7 +148,7 @@ class PartitionState:
         self.plans: dict[str, list[int]] = {}
         self.imported: dict[str, int] = {}
         self.pending: dict[str, list[bytes]] = {}
-        self.viewers_of: dict[str, int] = {}  # video -> exact viewers in `firsts`
+        self.viewers_of = self.firsts.viewers_of  # video -> its exact viewers in `firsts`
         # Within a micro-batch the platform's buckets are not touched per event: the events that
         # arrived per bucket, and each changed video bucket's counts before the batch, are carried
         # to them once (`_settle`, before any `delta` or `snapshot`).
@@ -156,7 +160,6 @@ class PartitionState:
     def _bind_changes(self) -> None:
         """The change sets written per event, bound once per micro-batch."""
         tables = self.changes.keys
-        self._changed_firsts = tables["firsts"]
         self._changed_counts = tables["counts"]
         self._changed_beats = tables["beats"]
 
@@ -168,6 +171,7 @@ class PartitionState:
             any(changes.keys.values())
             or self.seen.changed
             or self.windows.changed
+            or self.firsts.changed
             or bool(changes.sketches or changes.forward or self._arrived)
         )
 
@@ -278,11 +282,12 @@ class PartitionState:
         digest: str,
         fp: int | None = None,
         window: int | None = None,
+        first: int | None = None,
     ) -> bool:
         """Apply a judged event (`judge.SHORT`, `QUALIFIED`, a rejection field, or `REACTION`) of
         `viewer` (the user for a reaction; `digest` its `rules.viewer_digest`; `fp` its
-        `seen.fingerprint` and, a view, `window` its `counted_views.window_key`, made here if not
-        given); False for a copy that changed nothing."""
+        `seen.fingerprint` and, a view, `window` its `counted_views.window_key` and `first` its
+        `firsts.first_key`, made here if not given); False for a copy that changed nothing."""
         event_id = event.event_id
         ingest_ts: int = event.ingest_ts  # type: ignore[assignment]  # decode_record checked it
         bucket = _bucket_of(ingest_ts, self.bucket_ms)
@@ -303,7 +308,10 @@ class PartitionState:
         elif verdict in (QUALIFIED, FLAGGED):
             if window is None:
                 window = window_key(video, viewer, rules.view_window_of(event.ts))
-            self._view(video, window, (ingest_ts, fp, route, tag), digest, bucket, seen, verdict == FLAGGED)
+            if first is None:
+                first = first_key(video, digest)
+            view = (ingest_ts, fp, route, tag)
+            self._view(video, window, view, digest, first, bucket, seen, verdict == FLAGGED)
         else:
             name = "short_views" if verdict == SHORT else verdict
             if was is not None:
@@ -317,6 +325,7 @@ class PartitionState:
         window: int,
         view: Counted,
         digest: str,
+        first: int,
         bucket: int,
         seen: Marker | None,
         flagged: bool = False,
@@ -334,12 +343,12 @@ class PartitionState:
                 self._add(video, was, "views", -1)
                 if flagged:
                     self._add(video, was, "flagged", -1)
-                self._count_view(video, digest, bucket, flagged)
+                self._count_view(video, digest, first, bucket, flagged)
                 return
             self._add(video, was, "repeat_views", -1)
         if counted is None:
             windows.put(window, view)
-            self._count_view(video, digest, bucket, flagged)
+            self._count_view(video, digest, first, bucket, flagged)
         elif (view[0], view[1]) < (counted[0], counted[1]):
             windows.put(window, view)
             was = _bucket_of(counted[0], self.bucket_ms)
@@ -350,28 +359,25 @@ class PartitionState:
             marker = self.seen.get(counted[1])
             if marker is not None and marker[1] == _FLAGGED_CODE:
                 self._add(video, was, "flagged", -1)
-            self._count_view(video, digest, bucket, flagged)
+            self._count_view(video, digest, first, bucket, flagged)
         else:
             self._add(video, bucket, "repeat_views", 1)
 
-    def _count_view(self, video: str, digest: str, bucket: int, flagged: bool) -> None:
+    def _count_view(self, video: str, digest: str, key: int, bucket: int, flagged: bool) -> None:
         """A counted view: its bucket's views (and `flagged`) and sketch, and the viewer's first
-        bucket (each bucket's `uniques` counts the viewers first counted in it)."""
+        bucket (`key`: its `firsts.first_key`; each bucket's `uniques` counts the viewers first
+        counted in it)."""
         self._add(video, bucket, "views", 1)
         if flagged:
             self._add(video, bucket, "flagged", 1)
         self.changes.sketches.setdefault(video + SEP + str(bucket), []).append(digest)
-        key = video + SEP + digest
-        first = self.firsts.get(key)
+        first = self.firsts.first(key)
         if first is None and self.viewers_of.get(video, 0) >= EXACT_VIEWERS_LIMIT:
             return  # past the exact limit: only the sketches grow
         if first is None or bucket < first:
-            self.firsts[key] = bucket
-            self._changed_firsts.add(key)
+            self.firsts.set(key, bucket, video, digest, first is None)
             self._add(video, bucket, "uniques", 1)
-            if first is None:
-                self.viewers_of[video] = self.viewers_of.get(video, 0) + 1
-            else:
+            if first is not None:
                 self._add(video, first, "uniques", -1)
 
     def _react(self, video: str, user: str, ts: int, event_id: str, state: str, bucket: int) -> None:
@@ -476,6 +482,9 @@ class PartitionState:
         waited for them, in arrival order (to apply now)."""
         for name, raw in entries.items():
             table, _, key = name.decode().partition(SEP)
+            if table == "firsts":  # the video's `firsts.RECORD`s
+                self.firsts.load({video: raw}, changed=True)
+                continue
             if table in ROW_TABLES:  # records of the table's dtype
                 getattr(self, table).load(raw, changed=True)
                 continue
@@ -485,8 +494,6 @@ class PartitionState:
                 continue
             getattr(self, table)[key] = value
             self.changes.keys[table].add(key)
-            if table == "firsts":
-                self.viewers_of[video] = self.viewers_of.get(video, 0) + 1
         self.imported[video] = 1
         self.changes.keys["imported"].add(video)
         held = self.pending.pop(video, [])
@@ -523,7 +530,7 @@ class PartitionState:
         entry: dict[str, object] = {"offset": self.offset, "newest": self.newest_ingest, "sketches": {}}
         for table in TABLES:
             held = getattr(self, table)
-            entry[table] = held.rows().tobytes() if table in ROW_TABLES else held
+            entry[table] = held.entry_of(held.rows()) if table in ROW_TABLES else held
         return entry
 
     def table_copies(self) -> dict[str, Any]:
@@ -547,9 +554,6 @@ class PartitionState:
                 continue
             values = getattr(self, table)
             changed: dict[str, Any] = entry[table]  # type: ignore[literal-required]
-            if table == "firsts":
-                self._load_firsts(changed)
-                continue
             if table == "beats" or table == "leaves":
                 self._watching = None  # made again from the tables on first use
                 if table == "beats":
@@ -562,20 +566,6 @@ class PartitionState:
                         values[key] = value
             else:
                 values.update(changed)
-
-    def _load_firsts(self, changed: dict[str, int | None]) -> None:
-        """Upsert viewers' first buckets, keeping each video's count of exact viewers."""
-        firsts, viewers_of = self.firsts, self.viewers_of
-        for key, value in changed.items():
-            if value is None:
-                if firsts.pop(key, None) is not None:
-                    video = key.rpartition(SEP)[0]
-                    viewers_of[video] -= 1
-            else:
-                if key not in firsts:
-                    video = key.rpartition(SEP)[0]
-                    viewers_of[video] = viewers_of.get(video, 0) + 1
-                firsts[key] = value
 
     def trim(self) -> None:
         """Drop what is older than the retry horizon (markers, windows, presence) or the retention

@@ -179,6 +179,10 @@ class RowTable:
         self._upsert(rows)
         self._changed.append(rows)
 
+    def entry_of(self, rows: np.ndarray) -> bytes:
+        """Rows as a changelog entry, a snapshot chunk or a hand-off carries them."""
+        return rows.tobytes()
+
     def take_changes(self) -> bytes:
         """The rows set since the last call, as records of the table's dtype."""
         self.flush()

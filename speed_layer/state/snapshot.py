@@ -53,6 +53,7 @@ class SnapshotBuild:
         copies = state.table_copies()
         # The tables of fixed-width rows as records, taken a slice at a time.
         self._rows: dict[str, np.ndarray] = {table: copies[table] for table in ROW_TABLES}
+        self._entry_of = {table: getattr(state, table).entry_of for table in ROW_TABLES}
         self._items: list[tuple[str, Iterator[tuple[str, Any]]]] = [
             (table, iter(copies[table].items())) for table in TABLES if table not in ROW_TABLES
         ]
@@ -68,7 +69,7 @@ class SnapshotBuild:
         left = entries
         for table, rows in self._rows.items():
             taken, self._rows[table] = rows[:left], rows[left:]
-            chunk[table] = taken.tobytes()
+            chunk[table] = self._entry_of[table](taken)
             left -= taken.size
         for table, items in self._items:
             part = dict(islice(items, left)) if left > 0 else {}

@@ -37,6 +37,7 @@ from speed_layer.records import Record
 from speed_layer.sink import sink
 from speed_layer.state import snapshot
 from speed_layer.state.counted_views import WINDOW
+from speed_layer.state.firsts import RECORD
 from speed_layer.state.partition import EXACT_VIEWERS_LIMIT, ROW_TABLES, TABLES, PartitionState
 from speed_layer.state.partition_store import (
     CHUNK_REFUSED,
@@ -373,6 +374,7 @@ async def test_a_batch_encodes_snapshot_chunks_of_its_budget_of_entries_at_most(
                 chunk = msgspec.msgpack.decode(c.chunk.data)
                 entries += len(chunk["seen"]) // ROW.itemsize  # markers: `ROW` records
                 entries += len(chunk["windows"]) // WINDOW.itemsize  # windows: `WINDOW` records
+                entries += sum(len(raw) // RECORD.itemsize for raw in chunk["firsts"].values())
                 entries += sum(len(chunk[table]) for table in TABLES if table not in ROW_TABLES)
                 chunked.add(c.partition)
         assert entries <= max(25, 2 * events), (entries, events)
