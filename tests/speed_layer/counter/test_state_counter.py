@@ -463,10 +463,12 @@ async def test_a_snapshot_is_stored_compressed_and_the_next_is_due_by_its_stored
 
 
 # The layouts before fixed-width rows: a marker as video SEP event id -> [ingest_ts, verdict, route],
-# a window's counted view as video SEP viewer SEP window -> [ingest_ts, event id].
+# a window's counted view as video SEP viewer SEP window -> [ingest_ts, event id], a viewer's first
+# bucket as video SEP viewer digest -> bucket.
 EARLIER_LAYOUTS = {
     "seen": lambda n: {f"v1\x1fe{n}": [n, "v", 0]},
     "windows": lambda n: {f"v1\x1fu{n}\x1f{n // 1_800_000}": [n, f"e{n}"]},
+    "firsts": lambda n: {f"v1\x1f{n:016x}": n},
 }
 
 
