@@ -17,8 +17,8 @@ import redis.asyncio as aioredis
 from counting import keys, rules
 from counting.values import ShardPlan, encode_shard_plan
 from counting.wire import partition_for, record_key
-from speed_layer.state.firsts import records_of
-from speed_layer.state.partition import NO_ROUTE, SEP, PartitionState
+from speed_layer.state.partition import SEP, PartitionState
+from speed_layer.state.presence import RECORD
 from speed_layer.state.seen import video_tag
 
 # A plan holds from this far ahead: more than the time an ingest process trusts what it read.
@@ -71,21 +71,32 @@ def moved_entries(
     for route in np.unique(shard).tolist():
         partition = partition_of(route)
         if partition != home:
-            moved = records_of(rows[shard == route]).tobytes()
+            moved = state.firsts.entry_of(rows[shard == route])[1]  # one video: its place is 0
             found.setdefault(partition, {})[f"firsts{SEP}{route}"] = moved
     for key, history in state.reactions.items():
         if key.startswith(prefix):
             put("reactions", key, history, _route(key[len(prefix) :]))
-    for key, beat in state.beats.items():  # the sessions watching (a left one stays: it counts nowhere)
-        if key.startswith(prefix) and beat[1] != NO_ROUTE and state.leaves.get(key, -1) < beat[0]:
-            put("beats", key, beat, beat[1])
+    # The sessions watching go as the video's records (a left one stays: it counts nowhere).
+    watching = state.sessions.watching_rows(video)
+    shard = watching["route"] % shards
+    for route in np.unique(shard).tolist():
+        partition = partition_of(route)
+        if partition != home:
+            moved = state.sessions.entry_of(watching[shard == route])[1]  # one video: its place is 0
+            found.setdefault(partition, {})[f"sessions{SEP}{route}"] = moved
     return found
 
 
-def moved_sessions(moved: dict[int, dict[str, bytes]]) -> list[str]:
-    """The beats keys (video SEP session) of the sessions a hand-off moves."""
-    head = "beats" + SEP
-    return [name[len(head) :] for entries in moved.values() for name in entries if name.startswith(head)]
+def moved_sessions(moved: dict[int, dict[str, bytes]]) -> np.ndarray:
+    """The sessions a hand-off moves, as `presence.RECORD`s."""
+    head = "sessions" + SEP
+    parts = [
+        np.frombuffer(raw, RECORD)
+        for entries in moved.values()
+        for name, raw in entries.items()
+        if name.startswith(head)
+    ]
+    return np.concatenate(parts) if parts else np.empty(0, RECORD)
 
 
 def _route(viewer: str) -> int:

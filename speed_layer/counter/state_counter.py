@@ -263,6 +263,13 @@ class StateCounter:
             # buckets of its views, looked up at once (presence has neither).
             flat = [e for _, events in decoded for e in events]
             fps = [0 if e.type in _PRESENCE else _fingerprint(e.video_id, e.event_id) for e in flat]
+            # A heartbeat's or a leave's session (`presence.session_key`, inlined).
+            sessions = [
+                _xxh64(f"{e.video_id}\x1f{e.session_id}".encode())
+                if not fp and e.session_id is not None
+                else 0
+                for e, fp in zip(flat, fps, strict=True)
+            ]
             viewers = [_viewer_of(e) if _is_qualified_view(e) else "" for e in flat]  # views that may count
             windows = [
                 _window_key(e.video_id, viewer, _view_window_of(e.ts)) if viewer else 0
@@ -276,6 +283,7 @@ class StateCounter:
             state.seen.fetch([fp for fp in fps if fp])
             state.windows.fetch([w for w in windows if w])
             state.firsts.fetch([f for f in firsts if f])
+            state.sessions.fetch([s for s in sessions if s])
             # The bot windows' clock: the newest ingest time of the group (stamped a record at a time).
             clock = max((events[-1].ingest_ts or 0 for _, events in decoded if events), default=0)
             self.windows.advance(clock)
@@ -283,7 +291,7 @@ class StateCounter:
             at = 0
             for offset, events in decoded:
                 for event in events:
-                    fp, viewer, window = fps[at], viewers[at], windows[at]
+                    fp, viewer, window = fps[at] or sessions[at], viewers[at], windows[at]
                     digest, key = digests[at], firsts[at]
                     at += 1
                     video = event.video_id
@@ -347,7 +355,7 @@ class StateCounter:
         )
         mine = moved.get(partition, {})
         self.owned[partition].state.take_over(video, {name.encode(): value for name, value in mine.items()})
-        owned.state.drop_beats(moved_sessions({partition: mine}))  # each session watches in one place
+        owned.state.drop_beats(video, moved_sessions({partition: mine}))  # each session watches in one place
 
     def plans(self) -> dict[str, ShardPlan]:
         """The shard plans of the videos whose home partition this worker owns."""
@@ -405,14 +413,14 @@ class StateCounter:
         digest: str = "",
         first_fp: int = 0,
     ) -> None:
-        """Apply an event (`fp`: its marker's fingerprint; a view's `viewer`, `window` key, viewer
-        `digest` and first bucket's key (`first_fp`), as the batch's look-up made them; each made here
-        if not given)."""
+        """Apply an event (`fp`: its marker's fingerprint, or a heartbeat's or leave's session key; a
+        view's `viewer`, `window` key, viewer `digest` and first bucket's key (`first_fp`), as the
+        batch's look-up made them; each made here if not given)."""
         here = accepted_here(event, self._region)
         state.arrive(event.ingest_ts, here)
         kind = event.type
         if kind == "heartbeat" or kind == "leave":
-            state.presence(event)
+            state.presence(event, fp)
             return
         if fp is None:
             fp = _fingerprint(event.video_id, event.event_id)
@@ -556,7 +564,7 @@ class StateCounter:
             owned.state.close(video)
             # Committed with the next batch (as the close): till then a moved session taken over
             # already counts in both partitions, for one micro-batch at most.
-            owned.state.drop_beats(moved_sessions(moved))
+            owned.state.drop_beats(video, moved_sessions(moved))
             owned.handing.discard(video)
             logs.info(
                 "handoff_written",

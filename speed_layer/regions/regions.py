@@ -12,8 +12,9 @@ import redis.asyncio as aioredis
 from counting.regions import PLATFORM, Component, Exchange, merge, served_fields
 from counting.settings import Settings
 from speed_layer.sink.sink import plan_sink, sink
-from speed_layer.state.firsts import pairs_as_records, viewers_in
+from speed_layer.state.firsts import as_entry, viewers_in
 from speed_layer.state.partition import SEP, PartitionState
+from speed_layer.state.per_video import NO_ROWS
 
 # Where the state counter hands what each entry it sank changed (None: one region).
 Publish = Callable[[Exchange], Awaitable[None]]
@@ -28,9 +29,8 @@ def components_of(
     counts: Mapping[str, Any] = entry.get("counts") or {}
     sketches: Mapping[str, Any] = entry.get("sketches") or {}
     firsts: dict[str, list[str]] = {}
-    for video, raw in (entry.get("firsts") or {}).items():
-        for digest, first in viewers_in(raw):
-            firsts.setdefault(f"{video}{SEP}{first}", []).append(digest)
+    for video, digest, first in viewers_in(entry.get("firsts") or NO_ROWS):
+        firsts.setdefault(f"{video}{SEP}{first}", []).append(digest)
     found = []
     for key in sorted(set(counts) | set(sketches) | set(firsts)):
         video, _, bucket = key.rpartition(SEP)
@@ -54,7 +54,7 @@ async def apply_components(
     part as of its offset), so a batch may hold repeats, old ones and any order."""
     newest = merge({}, (c for c in components if c.region != settings.region))
     entries: dict[tuple[str, int], dict[str, Any]] = {}
-    firsts: dict[tuple[str, int], dict[str, list[tuple[str, int]]]] = {}  # per entry, per video
+    firsts: dict[tuple[str, int], list[tuple[str, str, int]]] = {}  # per entry
     for c in newest.values():
         entry = entries.get((c.part, c.offset))
         if entry is None:
@@ -68,11 +68,11 @@ async def apply_components(
         if c.sketches:
             entry["sketches"][key] = c.sketches
         # The sink keeps each viewer's earliest first bucket of any region.
-        firsts.setdefault((c.part, c.offset), {}).setdefault(c.video_id, []).extend(
-            (digest, c.bucket) for digest in c.firsts
+        firsts.setdefault((c.part, c.offset), []).extend(
+            (c.video_id, digest, c.bucket) for digest in c.firsts
         )
-    for at, videos in firsts.items():
-        entries[at]["firsts"] = {video: pairs_as_records(pairs) for video, pairs in videos.items()}
+    for at, found in firsts.items():
+        entries[at]["firsts"] = as_entry(found)
     nobody = PartitionState(settings.bucket_ms, settings.retention_ms, settings.retry_horizon_ms)
     for (part, _), entry in sorted(entries.items()):
         plan = plan_sink(entry, nobody, part, now_ms, settings.retention_ms, True, settings.redis_cluster)

@@ -27,6 +27,7 @@ from counting import keys, rules, values
 from counting.redisconn import AsyncRedis, ScriptCall, eval_each
 from speed_layer.state.firsts import viewers_in
 from speed_layer.state.partition import EXACT_VIEWERS_LIMIT, PRESENCE_KEEP_MS, SEP, PartitionState
+from speed_layer.state.per_video import NO_ROWS, Videos
 
 LUA = Path(__file__).with_name("sink.lua").read_text()
 _encoder = msgspec.msgpack.Encoder()
@@ -103,9 +104,8 @@ def plan_sink(
         videos[video].buckets.append(
             [keys.bucket_counts(video, b), keys.bucket_parts(video, b), b, expire_at(b), fields or {}]
         )
-    for video, raw in _items(entry, "firsts"):
-        for digest, first in viewers_in(raw):  # type: ignore[arg-type]
-            videos[video].firsts += (digest, first)
+    for video, digest, first in viewers_in(entry.get("firsts") or NO_ROWS):  # type: ignore[arg-type]
+        videos[video].firsts += (digest, first)
     for key, digests in _items(entry, "sketches"):
         video, _, bucket = key.rpartition(SEP)
         b = int(bucket)
@@ -123,7 +123,8 @@ def plan_sink(
     # Presence: each video whose sessions moved, its part whole (the seconds a reader may still
     # count, `PRESENCE_KEEP_MS` back from the partition's newest event, allowing for clocks behind).
     oldest = rules.presence_second(state.newest_ingest - PRESENCE_KEEP_MS)
-    for video in sorted({k.partition(SEP)[0] for t in ("beats", "leaves") for k, _ in _items(entry, t)}):
+    sessions: Videos = entry.get("sessions") or NO_ROWS  # type: ignore[assignment]
+    for video in sorted(sessions[0]):
         seconds = state.watching_of(video)
         target = videos[video]
         for second in sorted(seconds, reverse=True):

@@ -18,13 +18,14 @@ rewrites the same ones). Tables (keyed by text, `video SEP ...`, but the markers
   bytes);
 - reactions: video SEP user -> the reactions that decide the pair's state in some bucket;
 - counts: video SEP bucket -> {field: value}; platform: bucket -> {field: value};
-- beats: video SEP session -> (ingest time, viewer route) of the newest heartbeat (the route tells
-  where a hot video's plan sends the session); leaves: video SEP session -> that of the newest leave;
+- sessions: each session's newest heartbeat and newest leave (`speed_layer/state/presence.py`: rows
+  keyed by a fingerprint of video and session, holding both ingest times and the session's route,
+  which tells where a hot video's plan sends it; in a changelog entry, per video, `RECORD` bytes);
 - plans: video -> [shards, active_from, closed] of the hot videos this partition is the home of;
 - imported: video -> 1 once this partition took over its viewers' state from the video's home
   (`speed_layer/counter/handoff.py`); pending: video -> the encoded events that wait for it.
 
-Derived from beats and leaves (not in the changelog): `watching`, per video, the sessions watching
+Derived from the sessions (not in the changelog): `watching`, per video, the sessions watching
 by second of their newest heartbeat (`rules.presence_second`), what reaches Redis (`keys.watching`).
 
 Any order of the records within the partition gives the same state: an earlier copy of an applied
@@ -41,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypedDict
 
 import msgspec
+import numpy as np
 
 from counting import rules
 from counting.event import Event
@@ -48,6 +50,9 @@ from counting.wire import decode_events, encode_events
 from speed_layer.counter.judge import FLAGGED, QUALIFIED, REACTION, SHORT, VERDICT_CODE
 from speed_layer.state.counted_views import WINDOW, Counted, window_key
 from speed_layer.state.firsts import FirstsTable, first_key
+from speed_layer.state.per_video import Videos
+from speed_layer.state.presence import NONE, PresenceTable, session_key
+from speed_layer.state.presence import RECORD as PRESENCE_RECORD
 from speed_layer.state.rows import RowTable
 from speed_layer.state.seen import Marker, SeenTable, fingerprint, video_tag
 
@@ -64,8 +69,7 @@ TABLES = (
     "reactions",
     "counts",
     "platform",
-    "beats",
-    "leaves",
+    "sessions",
     "plans",
     "imported",
     "pending",
@@ -81,11 +85,8 @@ _decoder = msgspec.msgpack.Decoder()
 _LIKED, _DISLIKED = rules.LIKED, rules.DISLIKED
 _FLAGGED_CODE = VERDICT_CODE[FLAGGED]
 # The tables of fixed-width rows: in a changelog entry, a snapshot or a hand-off, their records' bytes
-# (the first buckets: per video).
-ROW_TABLES = ("seen", "windows", "firsts")
-# A session's newest heartbeat restored from a changelog written before beats carried the viewer's
-# route: it stays with the partition that has it (`handoff.moved_entries`).
-NO_ROUTE = -1
+# (the first buckets and the sessions: per video).
+ROW_TABLES = ("seen", "windows", "firsts", "sessions")
 # A deciding reaction of a pair: (ts, event_id, state, bucket it was ingested in).
 Reaction = tuple[int, str, str, int]
 
@@ -98,12 +99,11 @@ class Entry(TypedDict):
     newest: int
     seen: bytes  # `seen.ROW` records
     windows: bytes  # `counted_views.WINDOW` records
-    firsts: dict[str, bytes]  # per video, `firsts.RECORD` records
+    firsts: Videos  # `firsts.RECORD` records
     reactions: dict[str, tuple[Reaction, ...] | None]
     counts: dict[str, dict[str, int] | None]
     platform: dict[str, dict[str, int] | None]
-    beats: dict[str, tuple[int, int] | int | None]  # an int: written before the route was kept
-    leaves: dict[str, int | None]
+    sessions: Videos  # `presence.RECORD` records
     plans: dict[str, list[int] | None]
     imported: dict[str, int | None]
     pending: dict[str, list[bytes] | None]
@@ -140,9 +140,8 @@ class PartitionState:
         self.reactions: dict[str, tuple[Reaction, ...]] = {}
         self.counts: dict[str, dict[str, int]] = {}
         self.platform: dict[str, dict[str, int]] = {}
-        self.beats: dict[str, tuple[int, int]] = {}
-        self.leaves: dict[str, int] = {}
-        # Derived from beats and leaves: per video, second -> sessions watching; None once a restore
+        self.sessions = PresenceTable()
+        # Derived from the sessions: per video, second -> sessions watching; None once a restore
         # loaded entries (made again on first use).
         self._watching: dict[str, dict[int, int]] | None = {}
         self.plans: dict[str, list[int]] = {}
@@ -161,7 +160,6 @@ class PartitionState:
         """The change sets written per event, bound once per micro-batch."""
         tables = self.changes.keys
         self._changed_counts = tables["counts"]
-        self._changed_beats = tables["beats"]
 
     @property
     def changed(self) -> bool:
@@ -172,6 +170,7 @@ class PartitionState:
             or self.seen.changed
             or self.windows.changed
             or self.firsts.changed
+            or self.sessions.changed
             or bool(changes.sketches or changes.forward or self._arrived)
         )
 
@@ -194,56 +193,51 @@ class PartitionState:
         """Whether no copy of the event (its `seen.fingerprint`) was applied within the horizon."""
         return self.seen.get(fp) is None
 
-    def presence(self, event: Event) -> None:
-        """A heartbeat or a leave: the newest of each per session, and the video's sessions watching
-        by second (`rules.is_watching`: a session watches from its newest heartbeat on, unless a
-        leave ingested no earlier came)."""
+    def presence(self, event: Event, key: int | None = None) -> None:
+        """A heartbeat or a leave (`key`: its session's `presence.session_key`, made here if not
+        given): the newest of each per session, and the video's sessions watching by second
+        (`rules.is_watching`: a session watches from its newest heartbeat on, unless a leave
+        ingested no earlier came)."""
         ingest_ts = event.ingest_ts
         if event.session_id is None or ingest_ts is None:
             return
         video = event.video_id
-        key = video + SEP + event.session_id
+        if key is None:
+            key = session_key(video, event.session_id)
+        sessions = self.sessions
+        held = sessions.get(key)
+        beat, left = (NONE, NONE) if held is None else (held[0], held[1])
         if event.type == "heartbeat":  # `_set_beat` inlined: a quarter of the events are heartbeats
-            old = self.beats.get(key)
-            if old is not None and ingest_ts <= old[0]:
+            if ingest_ts <= beat:
                 return
-            leave = self.leaves.get(key, -1)
             seconds = self._watching.get(video) if self._watching is not None else None
             if seconds is None:
                 seconds = self.watching_of(video)
-            if old is not None and leave < old[0]:
-                second = _presence_second(old[0])
+            if beat != NONE and left < beat:
+                second = _presence_second(beat)
                 n = seconds[second] - 1
                 if n:
                     seconds[second] = n
                 else:
                     del seconds[second]
-            self.beats[key] = (ingest_ts, _route_of(event))  # the session's shard route
-            if leave < ingest_ts:
+            sessions.set(key, ingest_ts, left, _route_of(event), video)  # the session's shard route
+            if left < ingest_ts:
                 second = _presence_second(ingest_ts)
                 seconds[second] = seconds.get(second, 0) + 1
-            self._changed_beats.add(key)
-        elif ingest_ts > (left := self.leaves.get(key, -1)):
-            beat = self.beats.get(key)
-            if beat is not None and left < beat[0] <= ingest_ts:
-                self._watch(video, beat[0], -1)  # it watched until this leave
-            self.leaves[key] = ingest_ts
-            self.changes.keys["leaves"].add(key)
+        elif ingest_ts > left:
+            if beat != NONE and left < beat <= ingest_ts:
+                self._watch(video, beat, -1)  # it watched until this leave
+            sessions.set(key, beat, ingest_ts, _route_of(event) if held is None else held[2], video)
 
-    def _set_beat(self, key: str, beat: tuple[int, int] | None) -> None:
-        """Set (or, None, drop) a session's newest heartbeat, moving it between the seconds watching."""
-        video = key.partition(SEP)[0]
-        leave = self.leaves.get(key, -1)
-        old = self.beats.get(key)
-        if old is not None and leave < old[0]:
-            self._watch(video, old[0], -1)
-        if beat is None:
-            self.beats.pop(key, None)
-        else:
-            self.beats[key] = beat
-            if leave < beat[0]:
-                self._watch(video, beat[0], 1)
-        self.changes.keys["beats"].add(key)
+    def _set_beat(self, key: int, video: str, beat: int, route: int) -> None:
+        """Set (or, NONE, drop) a session's newest heartbeat, moving it between the seconds watching."""
+        held = self.sessions.get(key)
+        old, left = (NONE, NONE) if held is None else (held[0], held[1])
+        if old != NONE and left < old:
+            self._watch(video, old, -1)
+        self.sessions.set(key, beat, left, route, video)
+        if beat != NONE and left < beat:
+            self._watch(video, beat, 1)
 
     def _watch(self, video: str, ingest_ts: int, by: int) -> None:
         seconds = self.watching_of(video)
@@ -258,21 +252,23 @@ class PartitionState:
         """A video's sessions watching by second of their newest heartbeat, in this partition."""
         watching = self._watching
         if watching is None:
-            watching = self._watching = {}
-            for key, (beat, _) in self.beats.items():
-                if self.leaves.get(key, -1) < beat:
-                    counted = watching.setdefault(key.partition(SEP)[0], {})
-                    second = rules.presence_second(beat)
-                    counted[second] = counted.get(second, 0) + 1
+            watching = self._watching = self.sessions.watching()
         seconds = watching.get(video)
         if seconds is None:
             seconds = watching[video] = {}
         return seconds
 
-    def drop_beats(self, keys: list[str]) -> None:
-        """Drop sessions' heartbeats (a hot video's moving sessions, handed over to their partitions)."""
-        for key in keys:
-            self._set_beat(key, None)
+    def drop_beats(self, video: str, moved: np.ndarray) -> None:
+        """Drop sessions' heartbeats (a hot video's moving sessions, handed over to their partitions:
+        `presence.RECORD`s)."""
+        self._move_sessions(video, moved, taken=False)
+
+    def _move_sessions(self, video: str, moved: np.ndarray, taken: bool) -> None:
+        """A hot video's moving sessions (`presence.RECORD`s): taken over here (their heartbeats set),
+        or handed over (their heartbeats dropped)."""
+        beats = moved["ts"].tolist() if taken else [NONE] * moved.size
+        for key, beat, route in zip(moved["fp"].tolist(), beats, moved["route"].tolist(), strict=True):
+            self._set_beat(key, video, beat, route)
 
     def count(
         self,
@@ -483,15 +479,15 @@ class PartitionState:
         for name, raw in entries.items():
             table, _, key = name.decode().partition(SEP)
             if table == "firsts":  # the video's `firsts.RECORD`s
-                self.firsts.load({video: raw}, changed=True)
+                self.firsts.load(([video], raw), changed=True)
+                continue
+            if table == "sessions":  # the video's sessions watching, as `presence.RECORD`s
+                self._move_sessions(video, np.frombuffer(raw, PRESENCE_RECORD), taken=True)
                 continue
             if table in ROW_TABLES:  # records of the table's dtype
                 getattr(self, table).load(raw, changed=True)
                 continue
             value = _as_kept(table, _decoder.decode(raw))
-            if table == "beats":
-                self._set_beat(key, value)
-                continue
             getattr(self, table)[key] = value
             self.changes.keys[table].add(key)
         self.imported[video] = 1
@@ -548,16 +544,13 @@ class PartitionState:
         taken in one update (a snapshot's tables all are)."""
         self.offset = max(self.offset, entry["offset"])
         self.newest_ingest = max(self.newest_ingest, entry["newest"])
+        self._watching = None  # made again from the sessions on first use
         for table in TABLES:
             if table in ROW_TABLES:
                 getattr(self, table).load(entry[table])  # type: ignore[literal-required]
                 continue
             values = getattr(self, table)
             changed: dict[str, Any] = entry[table]  # type: ignore[literal-required]
-            if table == "beats" or table == "leaves":
-                self._watching = None  # made again from the tables on first use
-                if table == "beats":
-                    changed = {k: (v, NO_ROUTE) if v.__class__ is int else v for k, v in changed.items()}
             if None in changed.values():
                 for key, value in changed.items():
                     if value is None:
@@ -583,8 +576,7 @@ class PartitionState:
         # Presence by whole seconds, as `watching` counts it: a leave goes with the beats before it,
         # and the seconds kept need no recount.
         present = _presence_second(self.newest_ingest - PRESENCE_KEEP_MS)
-        self.beats = {k: v for k, v in self.beats.items() if _presence_second(v[0]) >= present}
-        self.leaves = {k: v for k, v in self.leaves.items() if _presence_second(v) >= present}
+        self.sessions.trim(present)
         if self._watching is not None:
             for video, seconds in list(self._watching.items()):
                 kept = {second: n for second, n in seconds.items() if second >= present}
@@ -595,11 +587,11 @@ class PartitionState:
 
 
 def _as_kept(table: str, value: Any) -> Any:
-    """A handed-over value as the table keeps it: beats as tuples, reaction histories as tuples of
-    tuples (msgpack gives lists)."""
+    """A handed-over value as the table keeps it: reaction histories as tuples of tuples (msgpack
+    gives lists)."""
     if table == "reactions":
         return tuple(tuple(row) for row in value)
-    return tuple(value) if table == "beats" else value
+    return value
 
 
 def _state_changes(entries: Sequence[Reaction], sign: int, into: dict[int, list[int]]) -> None:

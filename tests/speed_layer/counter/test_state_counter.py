@@ -49,6 +49,7 @@ from speed_layer.state.partition_store import (
     earlier_offset,
     encode,
 )
+from speed_layer.state.presence import RECORD as SESSION_RECORD
 from speed_layer.state.seen import ROW
 from tests.speed_layer.helpers import OnRedis, Traffic, no_dead_letters, pack, speed_counts
 
@@ -374,7 +375,8 @@ async def test_a_batch_encodes_snapshot_chunks_of_its_budget_of_entries_at_most(
                 chunk = msgspec.msgpack.decode(c.chunk.data)
                 entries += len(chunk["seen"]) // ROW.itemsize  # markers: `ROW` records
                 entries += len(chunk["windows"]) // WINDOW.itemsize  # windows: `WINDOW` records
-                entries += sum(len(raw) // RECORD.itemsize for raw in chunk["firsts"].values())
+                entries += len(chunk["firsts"][1]) // RECORD.itemsize  # first buckets: `firsts.RECORD`s
+                entries += len(chunk["sessions"][1]) // SESSION_RECORD.itemsize  # sessions
                 entries += sum(len(chunk[table]) for table in TABLES if table not in ROW_TABLES)
                 chunked.add(c.partition)
         assert entries <= max(25, 2 * events), (entries, events)

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from counting import rules
-from speed_layer.state.firsts import FirstsTable, first_key, pairs_as_records, viewers_in
+from speed_layer.state.firsts import FirstsTable, as_entry, first_key, viewers_in
 
 VIDEOS = ["v1", "v2", "v3"]
 # A micro-batch of views: (video, viewer number, bucket).
@@ -21,13 +21,9 @@ def _digest(n: int) -> str:
     return rules.viewer_digest(f"u{n}")
 
 
-def _model_rows(table: FirstsTable) -> dict[tuple[str, str], int]:
+def _held(table: FirstsTable) -> dict[tuple[str, str], int]:
     """Every (video, digest) -> first bucket the table holds, by way of its snapshot's records."""
-    return {
-        (video, digest): bucket
-        for video, raw in table.entry_of(table.rows()).items()
-        for digest, bucket in viewers_in(raw)
-    }
+    return {(video, digest): bucket for video, digest, bucket in viewers_in(table.entry_of(table.rows()))}
 
 
 @settings(max_examples=80, deadline=None)
@@ -48,8 +44,8 @@ def test_the_table_answers_as_a_dict_of_the_first_buckets(batches: list[list[tup
                 model[(video, digest)] = bucket
             assert table.first(key) == model[(video, digest)]
         replica.load(table.take_changes())
-        assert _model_rows(replica) == model
-    assert _model_rows(table) == model
+        assert _held(replica) == model
+    assert _held(table) == model
     counted = {video: sum(1 for v, _ in model if v == video) for video in VIDEOS}
     assert table.viewers_of == replica.viewers_of == {v: n for v, n in counted.items() if n}
     restored = FirstsTable()  # from a snapshot's records
@@ -57,25 +53,24 @@ def test_the_table_answers_as_a_dict_of_the_first_buckets(batches: list[list[tup
     assert sorted(restored.items()) == sorted(table.items())
     assert restored.viewers_of == table.viewers_of
     for video in VIDEOS:
-        selected = {
-            (video, d): b for d, b in viewers_in(table.entry_of(table.of_video(video)).get(video, b""))
-        }
+        selected = {(v, d): b for v, d, b in viewers_in(table.entry_of(table.of_video(video)))}
         assert selected == {k: b for k, b in model.items() if k[0] == video}
 
 
-def test_a_video_s_pairs_go_through_records_unchanged() -> None:
-    pairs = [(_digest(n), 29_000 + n) for n in range(5)]
-    assert viewers_in(pairs_as_records(pairs)) == pairs
-    assert int(pairs[0][0][:8], 16) == rules.viewer_route(pairs[0][0])  # a route is a digest's first 32 bits
+def test_first_buckets_go_through_an_entry_unchanged() -> None:
+    firsts = [("v2", _digest(n), 29_000 + n) for n in range(3)] + [("v1", _digest(9), 29_009)]
+    assert sorted(viewers_in(as_entry(firsts))) == sorted(firsts)
+    assert int(firsts[0][1][:8], 16) == rules.viewer_route(
+        firsts[0][1]
+    )  # a route is a digest's first 32 bits
 
 
 def test_a_viewer_taken_over_twice_counts_once() -> None:
     table = FirstsTable()
-    raw = pairs_as_records([(_digest(1), 29_000), (_digest(2), 29_001)])
-    table.load({"v1": raw}, changed=True)
-    table.load({"v1": raw}, changed=True)
+    entry = as_entry([("v1", _digest(1), 29_000), ("v1", _digest(2), 29_001)])
+    table.load(entry, changed=True)
+    table.load(entry, changed=True)
     assert table.viewers_of == {"v1": 2}
     assert table.first(first_key("v1", _digest(2))) == 29_001
-    assert {v: sorted(viewers_in(r)) for v, r in table.take_changes().items()} == {
-        "v1": sorted([(_digest(1), 29_000), (_digest(2), 29_001)])
-    }
+    taken = [("v1", _digest(1), 29_000), ("v1", _digest(2), 29_001)]
+    assert sorted(viewers_in(table.take_changes())) == sorted(taken)

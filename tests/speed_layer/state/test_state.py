@@ -6,12 +6,15 @@ from __future__ import annotations
 import random
 
 import msgspec
+import pytest
 
 from counting import oracle, rules
 from counting.event import Event
+from counting.values import UnknownLayout
 from speed_layer.counter.judge import QUALIFIED
 from speed_layer.state.counted_views import window_key
-from speed_layer.state.partition import NO_ROUTE, PRESENCE_KEEP_MS, SEP, Entry, PartitionState
+from speed_layer.state.partition import PRESENCE_KEEP_MS, SEP, Entry, PartitionState
+from speed_layer.state.partition_store import decode_entry, encode
 from speed_layer.state.seen import fingerprint
 
 HOUR = 3_600_000
@@ -120,19 +123,16 @@ def test_the_sessions_watching_by_second_equal_the_oracle_in_any_order() -> None
     assert checked
 
 
-def test_a_heartbeat_restored_from_the_earlier_layout_still_watches() -> None:
-    """A changelog written before heartbeats carried the viewer's route holds the ingest time alone:
-    restored, the session watches (and stays with its partition at a hand-off)."""
+def test_a_state_of_the_earlier_presence_layout_is_refused() -> None:
+    """Before 2026-12-06 presence was two tables of text keys (`beats`, `leaves`): a state written so
+    has no `sessions`, and restoring it is refused, naming the rebuild."""
     state = PartitionState(bucket_ms=60_000, retention_ms=48 * HOUR, horizon_ms=HOUR)
     state.presence(_presence("heartbeat", 1, "v1", "a1", T0))
     entry = state.snapshot()
-    entry["beats"] = {"v1" + SEP + "a1": T0}  # as the earlier layout wrote it
-    restored = PartitionState(bucket_ms=60_000, retention_ms=48 * HOUR, horizon_ms=HOUR)
-    restored.load(msgspec.msgpack.decode(msgspec.msgpack.encode(entry), type=Entry))
-    assert restored.beats == {"v1" + SEP + "a1": (T0, NO_ROUTE)}
-    assert _watching(restored, "v1", T0 + 1_000) == 1
-    restored.presence(_presence("leave", 2, "v1", "a1", T0 + 10))
-    assert _watching(restored, "v1", T0 + 1_000) == 0
+    del entry["sessions"]
+    entry["beats"], entry["leaves"] = {"v1" + SEP + "a1": [T0, 7]}, {}  # as the earlier layout wrote it
+    with pytest.raises(UnknownLayout, match=r"sessions.*tally speed rebuild --replace"):
+        decode_entry(encode(entry), "the snapshot of partition 0")
 
 
 def test_a_trim_keeps_the_sessions_watching_that_a_reader_may_still_count() -> None:
@@ -161,9 +161,9 @@ def test_a_trim_keeps_the_sessions_watching_that_a_reader_may_still_count() -> N
     for event in events:
         state.arrive(event.ingest_ts or 0)
         state.presence(event)
-    beats = len(state.beats)
+    sessions = len(state.sessions)
     state.trim()
-    assert 0 < len(state.beats) < beats
+    assert 0 < len(state.sessions) < sessions
     restored = PartitionState(bucket_ms=60_000, retention_ms=48 * HOUR, horizon_ms=HOUR)
     restored.load(msgspec.msgpack.decode(msgspec.msgpack.encode(state.snapshot()), type=Entry))
     checked = 0
