@@ -65,25 +65,24 @@ def moved_entries(
                 for n, start in enumerate(range(0, len(moved), ROWS_BYTES)):
                     part = moved[start : start + ROWS_BYTES]
                     found.setdefault(partition, {})[f"{table}{SEP}{route}:{n}"] = part
-    # The first buckets go as the video's records (a viewer's route: its digest's first 32 bits).
-    rows = state.firsts.of_video(video)
-    shard = (rows["digest"] >> np.uint64(32)) % np.uint64(shards)
-    for route in np.unique(shard).tolist():
-        partition = partition_of(route)
-        if partition != home:
-            moved = state.firsts.entry_of(rows[shard == route])[1]  # one video: its place is 0
-            found.setdefault(partition, {})[f"firsts{SEP}{route}"] = moved
+
+    def per_route(table: str, rows: np.ndarray, shard: np.ndarray) -> None:
+        """A table read per video: its rows by the shard they go to, as the video's records."""
+        for route in np.unique(shard).tolist():
+            partition = partition_of(route)
+            if partition != home:
+                moved = getattr(state, table).entry_of(rows[shard == route])[1]  # one video: place 0
+                found.setdefault(partition, {})[f"{table}{SEP}{route}"] = moved
+
+    # The first buckets (a viewer's route: its digest's first 32 bits).
+    firsts = state.firsts.of_video(video)
+    per_route("firsts", firsts, (firsts["digest"] >> np.uint64(32)) % np.uint64(shards))
     for key, history in state.reactions.items():
         if key.startswith(prefix):
             put("reactions", key, history, _route(key[len(prefix) :]))
-    # The sessions watching go as the video's records (a left one stays: it counts nowhere).
+    # The sessions watching (a left one stays: it counts nowhere).
     watching = state.sessions.watching_rows(video)
-    shard = watching["route"] % shards
-    for route in np.unique(shard).tolist():
-        partition = partition_of(route)
-        if partition != home:
-            moved = state.sessions.entry_of(watching[shard == route])[1]  # one video: its place is 0
-            found.setdefault(partition, {})[f"sessions{SEP}{route}"] = moved
+    per_route("sessions", watching, watching["route"] % shards)
     return found
 
 

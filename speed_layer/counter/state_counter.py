@@ -16,7 +16,6 @@ from typing import Any, TypeVar
 
 import msgspec
 import redis.asyncio as aioredis
-from xxhash import xxh64_intdigest as _xxh64
 
 from counting import rules
 from counting.bots import RulesInUse
@@ -54,6 +53,7 @@ from speed_layer.regions.regions import Publish, components_of
 from speed_layer.sink.sink import SinkPlan, merged, plan_sink, sink
 from speed_layer.state import snapshot
 from speed_layer.state.counted_views import window_key as _window_key
+from speed_layer.state.firsts import first_key as _first_key
 from speed_layer.state.partition import PartitionState
 from speed_layer.state.partition_store import (
     ALREADY,
@@ -68,6 +68,7 @@ from speed_layer.state.partition_store import (
     encode,
     packed,
 )
+from speed_layer.state.presence import session_key as _session_key
 from speed_layer.state.rows import warm
 from speed_layer.state.seen import fingerprint as _fingerprint
 from speed_layer.state.snapshot import SnapshotBuild
@@ -263,11 +264,9 @@ class StateCounter:
             # buckets of its views, looked up at once (presence has neither).
             flat = [e for _, events in decoded for e in events]
             fps = [0 if e.type in _PRESENCE else _fingerprint(e.video_id, e.event_id) for e in flat]
-            # A heartbeat's or a leave's session (`presence.session_key`, inlined).
+            # A heartbeat's or a leave's session.
             sessions = [
-                _xxh64(f"{e.video_id}\x1f{e.session_id}".encode())
-                if not fp and e.session_id is not None
-                else 0
+                _session_key(e.video_id, e.session_id) if not fp and e.session_id is not None else 0
                 for e, fp in zip(flat, fps, strict=True)
             ]
             viewers = [_viewer_of(e) if _is_qualified_view(e) else "" for e in flat]  # views that may count
@@ -277,7 +276,7 @@ class StateCounter:
             ]
             digests = [_viewer_digest(viewer) if viewer else "" for viewer in viewers]
             firsts = [
-                _xxh64(f"{e.video_id}\x1f{digest}".encode()) if digest else 0  # `firsts.first_key`, inlined
+                _first_key(e.video_id, digest) if digest else 0
                 for e, digest in zip(flat, digests, strict=True)
             ]
             state.seen.fetch([fp for fp in fps if fp])

@@ -58,8 +58,7 @@ class PresenceTable(PerVideoRows):
     def watching(self) -> dict[str, dict[int, int]]:
         """Per video, the sessions watching by second of their newest heartbeat: those whose newest
         leave came before it."""
-        rows = self.rows()
-        live = rows[(rows["ts"] != NONE) & (rows["left"] < rows["ts"])]
+        live = _watching(self.rows())
         found: dict[str, dict[int, int]] = {}
         for video, beat in zip(live["video"].tolist(), live["ts"].tolist(), strict=True):
             counted = found.setdefault(self._names[video], {})
@@ -69,8 +68,7 @@ class PresenceTable(PerVideoRows):
 
     def watching_rows(self, video: str) -> np.ndarray:
         """A video's sessions watching (their newest leave came before their newest heartbeat)."""
-        rows = self.of_video(video)
-        return rows[(rows["ts"] != NONE) & (rows["left"] < rows["ts"])]
+        return _watching(self.of_video(video))
 
     def trim(self, present: int) -> None:
         """Drop heartbeats and leaves of a presence second before `present` (a row keeps the other
@@ -80,6 +78,11 @@ class PresenceTable(PerVideoRows):
             seconds = np.fromiter(map(_second, rows[column].tolist()), np.int64, rows.size)
             rows[column][seconds < present] = NONE
         self.reset(rows[(rows["ts"] != NONE) | (rows["left"] != NONE)])
+
+
+def _watching(rows: np.ndarray) -> np.ndarray:
+    """The rows of sessions watching: a heartbeat, and no leave ingested since."""
+    return rows[(rows["ts"] != NONE) & (rows["left"] < rows["ts"])]
 
 
 def _copied(found: np.ndarray, dtype: np.dtype) -> np.ndarray:
