@@ -40,13 +40,15 @@ docs: install
 TEST_WORKERS ?= 3
 
 # Each phase keeps a JUnit report (every test's time) under data/test-report/, for finding the
-# slow ones beside the --durations list pytest prints.
+# slow ones beside the --durations list pytest prints; scripts/test-failures.py names the failed
+# tests of both phases last, where the tail of a CI log shows them.
 REPORTS := data/test-report
 
 test: lint docs
 	mkdir -p $(REPORTS)
 	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile -m "not serial" --junitxml=$(REPORTS)/parallel.xml $(PYTEST_ARGS); parallel=$$?; \
 	$(VENV)/bin/pytest -m serial --junitxml=$(REPORTS)/serial.xml $(PYTEST_ARGS); serial=$$?; \
+	$(PY) scripts/test-failures.py $(REPORTS)/parallel.xml $(REPORTS)/serial.xml; \
 	echo "make test: pytest exited $$parallel on $(TEST_WORKERS) workers, $$serial alone (serial)"; \
 	case "$$parallel $$serial" in "5 5") exit 5;; [05]" "[05]) exit 0;; *) exit 1;; esac
 
