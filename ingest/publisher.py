@@ -34,10 +34,11 @@ SHARDS_TTL_S = rules.SHARD_CACHE_MS / 1000
 ONE_SHARD = ShardPlan()
 REDIS_BACKOFF_S = 5.0
 REDIS_TIMEOUT_S = 0.2
-# No wait for more records before a produce request: a lone write goes out at once. Under load the
-# records still share requests, since the producer keeps one request in flight per broker and packs
-# what arrived meanwhile into the next.
-LINGER_MS = 0
+# How long the producer waits for more records before a produce request: the likes of concurrent
+# requests share one request and one batch a partition (the local broker lists every batch of a
+# partition at each read, so fewer batches cost it less as its log grows). A lone like waits that
+# much more; at 2,000 likes/s the tail is shorter (docs/benchmarks.md, `bench.ingest`).
+LINGER_MS = 2
 
 
 def now_ms() -> int:
