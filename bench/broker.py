@@ -6,8 +6,8 @@ the stack does (`tally.services.start_broker`: Tansu, memory storage), creates a
 (with `retention.ms` when asked), produces R messages a second of B bytes for S seconds and reads
 them back from the start. Every `--window` seconds it samples the broker's CPU
 (cores, from /proc) and resident memory; prints the samples and one line of JSON (the first and the
-last full window's CPU and the memory at the end beside the memory after the first window) and
-writes bench/results/broker.json.
+last full window's CPU, `cpu_growth`: the last window's CPU over the second's, and the memory at the
+end beside the memory after the first window) and writes bench/results/broker.json.
 
 Why: a long `bench.freshness` run saw the broker's CPU grow with its log until it took a core of
 the machine's two; this isolates the broker from the platform's processes.
@@ -140,11 +140,20 @@ def _load(
         "reader_error": reader.error,
         "broker_cores_first_window": samples[0]["broker_cores"],
         "broker_cores_last_window": samples[-1]["broker_cores"],
+        "cpu_growth": cpu_growth(samples),
         "broker_rss_mb_first_window": samples[0]["broker_rss_mb"],
         "broker_rss_mb_end": samples[-1]["broker_rss_mb"],
         "samples": samples,
         "machine": machine(),
     }
+
+
+def cpu_growth(samples: list[dict[str, Any]]) -> float | None:
+    """The last window's broker CPU over the second's (issue 48: at most 1.2 for a flat cost); the
+    first window holds the start. None with fewer than two windows, or a second window without CPU."""
+    if len(samples) < 2 or not samples[1]["broker_cores"]:
+        return None
+    return round(samples[-1]["broker_cores"] / samples[1]["broker_cores"], 3)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
