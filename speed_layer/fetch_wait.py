@@ -2,9 +2,11 @@
 
 faust-streaming 0.15.3 builds its aiokafka consumer with `fetch_max_wait_ms=1500` written into
 `faust/transport/drivers/aiokafka.py` (`AIOKafkaConsumerThread._create_worker_consumer`) and no
-setting reaches it; no upstream issue asks for one (searched 2026-11-26). The local broker (Tansu)
-holds an empty fetch that long even when records arrive meanwhile, which alone adds about 0.4 s
-(p50) to 0.75 s to the counter's freshness. Remove this module once Faust exposes the setting.
+setting reaches it; no upstream issue asks for one (searched 2026-11-26). The local broker (Tansu
+0.6) answers every fetch only once its wait is over, with records or without (it sleeps out the
+rest of the wait after each pass: `tansu-storage/src/service/fetch.rs`, `FetchService::fetch`),
+which at 1.5 s alone adds about 0.4 s (p50) to 0.75 s to the counter's freshness. Remove this
+module once Faust exposes the setting.
 """
 
 from __future__ import annotations
