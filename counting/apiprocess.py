@@ -32,6 +32,8 @@ class ApiProcess:
         """Serve until stopped; exits naming the missing secret if one is not set."""
         import uvicorn  # installed with the API parts' extras
 
+        from counting.onewrite import OneWriteProtocol
+
         logs.configure(self.name, "WARNING")
         try:
             check_secrets(settings, tuple(self.secrets))
@@ -39,7 +41,15 @@ class ApiProcess:
             raise SystemExit(f"the {self.name} API refuses to start: {exc}") from None
         # proxy_headers off: uvicorn would otherwise take the client address from X-Forwarded-For of
         # any loopback peer before Tally's own check (`ingest.connection`, `TALLY_TRUSTED_PROXIES`).
-        options.update(host=host, port=port, log_level="warning", log_config=None, proxy_headers=False)
+        # http: a response's head and body in one send (`counting.onewrite`).
+        options.update(
+            host=host,
+            port=port,
+            log_level="warning",
+            log_config=None,
+            proxy_headers=False,
+            http=OneWriteProtocol,
+        )
         if workers == 1:
             uvicorn.run(self.create_app(settings), **options)
             return

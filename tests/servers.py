@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -10,14 +11,18 @@ from contextlib import contextmanager
 import uvicorn
 from fastapi import FastAPI
 
+from counting.onewrite import OneWriteProtocol
 from tally.services import free_port
 
 
 @contextmanager
-def serve(app: FastAPI) -> Iterator[str]:
-    """Serve `app` on a free loopback port (lifespan on) and yield its base URL."""
+def serve(app: FastAPI, http: type[asyncio.Protocol] = OneWriteProtocol) -> Iterator[str]:
+    """Serve `app` on a free loopback port (lifespan on) with the APIs' HTTP protocol (or `http`)
+    and yield its base URL."""
     port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", proxy_headers=False)
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", proxy_headers=False, http=http
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
