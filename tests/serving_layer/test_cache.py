@@ -92,3 +92,91 @@ async def test_entry_limit_bounds_memory(entries: int) -> None:
     for i in range(10):
         await cache.get(f"v{i}", 10.0, load)
     assert len(cache._entries) <= entries
+
+
+async def test_a_key_read_often_is_loaded_again_before_its_entry_expires() -> None:
+    clock = Clock()
+    cache: ReadCache[int] = ReadCache(clock=clock, refresh_after=0.5)
+    values = iter(range(100))
+    release = asyncio.Event()
+
+    async def load() -> int:
+        value = next(values)
+        if value:  # the background loads wait until released: the readers must not
+            await release.wait()
+        return value
+
+    assert await cache.get("v", 1.0, load) == 0
+    clock.now = 0.2
+    assert await cache.get("v", 1.0, load) == 0
+    clock.now = 0.6
+    assert await cache.get("v", 1.0, load) == 0, "read twice and past half its bound: served at once"
+    assert cache.loads == 2, "and loaded again in the background"
+    assert await cache.get("v", 1.0, load) == 0, "one background load at a time"
+    assert cache.loads == 2
+    release.set()
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    clock.now = 1.1  # the first entry has expired; the one loaded at 0.6 has not
+    assert await cache.get("v", 1.0, load) == 1
+    assert cache.loads == 2
+
+
+async def test_without_refresh_after_a_key_is_loaded_only_when_its_entry_expires() -> None:
+    clock = Clock()
+    cache: ReadCache[int] = ReadCache(clock=clock)
+    values = iter(range(100))
+
+    async def load() -> int:
+        return next(values)
+
+    for now in (0.0, 0.3, 0.6, 0.9):
+        clock.now = now
+        assert await cache.get("v", 1.0, load) == 0
+        await asyncio.sleep(0)
+    assert cache.loads == 1
+
+
+async def test_a_key_read_once_in_its_bound_is_not_loaded_ahead() -> None:
+    clock = Clock()
+    cache: ReadCache[int] = ReadCache(clock=clock, refresh_after=0.5)
+    values = iter(range(100))
+
+    async def load() -> int:
+        return next(values)
+
+    assert await cache.get("v", 1.0, load) == 0
+    clock.now = 0.9
+    assert await cache.get("v", 1.0, load) == 0
+    await asyncio.sleep(0)
+    assert cache.loads == 1
+    clock.now = 1.5
+    assert await cache.get("v", 1.0, load) == 1
+    assert cache.loads == 2
+
+
+async def test_a_failed_background_load_is_logged_and_the_entry_served_until_it_expires(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = Clock()
+    cache: ReadCache[int] = ReadCache(clock=clock, refresh_after=0.5)
+    fail = False
+
+    async def load() -> int:
+        if fail:
+            raise ConnectionError("redis down")
+        return 5
+
+    assert await cache.get("v", 1.0, load) == 5
+    fail = True
+    clock.now = 0.1
+    assert await cache.get("v", 1.0, load) == 5
+    clock.now = 0.7
+    assert await cache.get("v", 1.0, load) == 5
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert "cache_refresh_failed" in caplog.text and "redis down" in caplog.text
+    assert await cache.get("v", 1.0, load) == 5, "the entry is still within its bound"
+    clock.now = 1.2
+    with pytest.raises(ConnectionError):
+        await cache.get("v", 1.0, load)
