@@ -3,6 +3,7 @@ format, then uvicorn in this process or, with several workers, as their supervis
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +27,9 @@ class ApiProcess:
         """The app of one of several worker processes, each with its own clients (uvicorn imports the
         worker factory in every process it spawns)."""
         logs.configure(self.name, "WARNING")
-        return self.create_app(Settings())
+        app = self.create_app(Settings())
+        settle_heap()
+        return app
 
     def run(self, host: str, port: int, workers: int, settings: Settings, **options: Any) -> None:
         """Serve until stopped; exits naming the missing secret if one is not set."""
@@ -51,8 +54,20 @@ class ApiProcess:
             http=OneWriteProtocol,
         )
         if workers == 1:
-            uvicorn.run(self.create_app(settings), **options)
+            app = self.create_app(settings)
+            settle_heap()
+            uvicorn.run(app, **options)
             return
         # This process binds the port and supervises the workers, which share its socket (a worker
         # that dies is replaced); SIGTERM to it, or to its process group, stops them all.
         uvicorn.run(self.worker_factory, factory=True, workers=workers, **options)
+
+
+def settle_heap() -> None:
+    """Put what start-up made (modules, the app, its routes and models: hundreds of thousands of
+    objects) out of the cyclic collector's reach. Each full pass walks every tracked object and
+    holds the event loop meanwhile: 79 and 116 ms in a serving process during `bench.serving`
+    (2026-12-07), time every request in flight waits. Frozen objects are never collected, and
+    start-up's garbage is collected first."""
+    gc.collect()
+    gc.freeze()
