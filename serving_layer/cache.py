@@ -14,11 +14,9 @@ from counting.logs import Log
 
 T = TypeVar("T")
 _log = Log("tally.serving.cache")
-# An entry read at least `REFRESH_READS` times since its load and older than `REFRESH_AFTER` of its
-# bound is loaded again in the background, so the key's next readers find a fresh entry instead of
-# waiting for a load. A key read about once in a bound (most keys of a large catalogue) is not:
-# that would double its loads.
-REFRESH_AFTER = 0.8
+# With `refresh_after`, an entry read at least this many times since its load is loaded again in
+# the background once it is that share of its bound old. A key read about once in a bound (most
+# keys of a large catalogue) is not: that would double its loads.
 REFRESH_READS = 2
 
 
