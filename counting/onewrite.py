@@ -9,29 +9,37 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+# Writes waiting past this many bytes leave at once: a large body gains nothing from waiting, and
+# the transport's own buffer limits then pause the response's writer as they would without us.
+SEND_NOW_BYTES = 64 * 1024
+
 
 class _Gathered:
-    """A transport whose writes wait for the end of the loop's turn and leave joined; closing sends
-    what waits first. Everything else is the transport's own."""
+    """A transport whose writes wait for the end of the loop's turn and leave joined (at once past
+    `SEND_NOW_BYTES`); closing sends what waits first. Everything else is the transport's own."""
 
-    __slots__ = ("_loop", "_transport", "_waiting")
+    __slots__ = ("_loop", "_size", "_transport", "_waiting")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
         self._loop = loop
         self._waiting: list[bytes] = []
+        self._size = 0
 
     def write(self, data: bytes) -> None:
         waiting = self._waiting
         if not waiting:
             self._loop.call_soon(self._send)
         waiting.append(data)
+        self._size += len(data)
+        if self._size >= SEND_NOW_BYTES:
+            self._send()
 
     def _send(self) -> None:
         waiting = self._waiting
         if not waiting:
             return
-        self._waiting = []
+        self._waiting, self._size = [], 0
         if self._transport.is_closing():
             return  # the peer went away: the transport would drop it too
         self._transport.write(waiting[0] if len(waiting) == 1 else b"".join(waiting))

@@ -8,9 +8,9 @@ from typing import Any
 
 import httpx
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from counting.onewrite import OneWriteProtocol, _Gathered
+from counting.onewrite import SEND_NOW_BYTES, OneWriteProtocol, _Gathered
 from tests.servers import serve
 
 
@@ -47,6 +47,22 @@ def test_writes_of_one_turn_leave_as_one_send_after_it() -> None:
     during, after = asyncio.run(run())
     assert during == []
     assert after == [b"HTTP/1.1 200 OK\r\n\r\nbody"]
+
+
+def test_a_large_body_leaves_at_once_with_what_waited() -> None:
+    async def run() -> tuple[list[bytes], list[bytes]]:
+        transport = _Transport()
+        gathered = _Gathered(transport, asyncio.get_running_loop())  # type: ignore[arg-type]
+        gathered.write(b"head")
+        gathered.write(b"x" * SEND_NOW_BYTES)
+        during = list(transport.sent)
+        gathered.write(b"tail")
+        await asyncio.sleep(0)
+        return during, transport.sent
+
+    during, after = asyncio.run(run())
+    assert during == [b"head" + b"x" * SEND_NOW_BYTES]
+    assert after == [b"head" + b"x" * SEND_NOW_BYTES, b"tail"]
 
 
 def test_close_sends_what_waits_first_and_a_closed_peer_gets_nothing() -> None:
@@ -93,6 +109,10 @@ def _app() -> FastAPI:
 
         return StreamingResponse(parts(), media_type="text/plain")
 
+    @app.get("/large")
+    async def large() -> Response:
+        return Response(b"0123456789" * 30_000, media_type="text/plain")
+
     @app.get("/close")
     async def close() -> JSONResponse:
         return JSONResponse({"bye": True}, headers={"connection": "close"})
@@ -107,6 +127,7 @@ def test_responses_over_real_http_arrive_whole() -> None:
         streamed = client.get("/stream")
         assert streamed.status_code == 200
         assert streamed.text == "part0;part1;part2;part3;part4;"
+        assert client.get("/large").content == b"0123456789" * 30_000
         closing = client.get("/close")
         assert closing.json() == {"bye": True}
         assert closing.headers["connection"] == "close"
