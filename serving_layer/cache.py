@@ -66,10 +66,11 @@ class ReadCache(Generic[T]):
         if age > max_age:
             return None
         self.hits += 1
-        entry.reads += 1
         after = self._refresh_after
-        due = after is not None and age > max_age * after and entry.reads > REFRESH_READS
-        if due and load is not None and key not in self._loading:
+        if after is None or load is None:
+            return entry  # no read ahead: nothing more to do on a hit
+        entry.reads += 1
+        if age > max_age * after and entry.reads > REFRESH_READS and key not in self._loading:
             self._refresh(key, load)
         return entry
 
