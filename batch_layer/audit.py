@@ -24,10 +24,12 @@ from counting.logschema import EVENT_COLUMNS, PARTITION_COLUMNS
 from counting.settings import Settings
 from warehouse.errors import PayoutNotFound, StoreError
 from warehouse.store import (
+    CompactedFile,
     LedgerRow,
     QuarantinedFile,
     RunRecord,
     catalog,
+    compacted_files,
     get_run,
     latest_payout,
     open_store,
@@ -120,6 +122,7 @@ def audit_payout(settings: Settings, creator_id: str, day: date, run_id: str | N
         run = get_run(store, row.run_id)
         videos = catalog(store)
         held = quarantined_files(store)
+        moved = compacted_files(store)
     if run is None:  # the ledger's foreign key makes this a damaged store
         raise StoreError(f"ledger row {row.id} names run {row.run_id!r}, which batch_runs does not hold")
     cutoff = run.cutoff
@@ -128,7 +131,7 @@ def audit_payout(settings: Settings, creator_id: str, day: date, run_id: str | N
     derived = derive(settings.raw_dir, cutoff, day, paid, bot_filter)
     log_digest = ids_digest(derived.ids)
     log_amount = payout_amount(len(derived.ids), row.rate_per_1000)
-    differences = _file_differences(settings.raw_dir, row.input_files, derived.files)
+    differences = _file_differences(settings.raw_dir, row.input_files, derived.files, moved)
     if len(derived.ids) != row.monetizable_views:
         differences.append(f"views {row.monetizable_views} != {len(derived.ids)} (ledger != raw log)")
     if log_amount != row.amount:
@@ -174,19 +177,38 @@ def _quarantine_notes(run: RunRecord, row: LedgerRow, held: Mapping[str, Quarant
         yield f"{path} went into quarantine after the run ({held[path].reason}): the log read here lacks it"
 
 
-def _file_differences(raw_dir: Path, recorded: dict[str, str], found: frozenset[str]) -> list[str]:
+def _file_differences(
+    raw_dir: Path, recorded: dict[str, str], found: frozenset[str], moved: Mapping[str, CompactedFile]
+) -> list[str]:
+    """How the row's input files differ from the log's files that hold views of the day now. A file
+    compacted since the run is followed into the file that holds its rows (`moved`), which must be
+    the one the compaction wrote."""
     differences = []
+    digests: dict[str, str] = {}
+    standing_in: set[str] = set()  # files that hold the rows of recorded files compacted since
     for path, sha in sorted(recorded.items()):
-        full = raw_dir / path
+        label, now_path, now_sha = f"file {path}", path, sha
+        if not (raw_dir / path).is_file() and path in moved:
+            record = moved[path]
+            if record.sha256 != sha:
+                differences.append(
+                    f"file {path} changed before it was compacted into {record.into_path} "
+                    f"(sha256 {sha[:12]}... != {record.sha256[:12]}...)"
+                )
+                continue
+            label = f"file {path} (compacted into {record.into_path})"
+            now_path, now_sha = record.into_path, record.into_sha256
+            standing_in.add(now_path)
+        full = raw_dir / now_path
         if not full.is_file():
-            differences.append(f"file {path} is missing (it held views of the day at the run)")
+            differences.append(f"{label} is missing (it held views of the day at the run)")
             continue
-        now = file_digest(full)
-        if now != sha:
-            differences.append(f"file {path} changed (sha256 {sha[:12]}... != {now[:12]}...)")
-        elif path not in found:
-            differences.append(f"file {path} no longer holds a view of the day")
-    for path in sorted(found - set(recorded)):
+        now = digests.get(now_path) or digests.setdefault(now_path, file_digest(full))
+        if now != now_sha:
+            differences.append(f"{label} changed (sha256 {now_sha[:12]}... != {now[:12]}...)")
+        elif now_path not in found:
+            differences.append(f"{label} no longer holds a view of the day")
+    for path in sorted(found - set(recorded) - standing_in):
         differences.append(f"file {path} holds views of the day but was not an input of the run")
     return differences
 

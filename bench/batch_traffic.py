@@ -25,7 +25,7 @@ from counting.catalog import make_catalog
 from counting.logschema import LOG_COLUMNS
 from counting.traffic import BROWSERS, DEFAULT_START_MS, HEADLESS_AGENTS
 from counting.traffic_clients import datacenter_address, home_address, mix
-from speed_layer.archiver.archiver import write_log_file
+from speed_layer.archiver.archiver import file_name, write_log_file
 
 _ARROW = {"string": pa.string(), "int64": pa.int64(), "double": pa.float64()}
 LOG_SCHEMA = pa.schema([(name, _ARROW[kind]) for name, kind in LOG_COLUMNS])
@@ -82,7 +82,7 @@ def _datacenter_addresses(count: int, seed: int) -> pa.Array:
 
 class LogWriter:
     """Writes row batches into `raw/ingest_date=/ingest_hour=/` files, one per hour, Kafka partition
-    and chunk."""
+    and chunk, named as the archiver names them: by the first and last offsets they hold."""
 
     def __init__(self, raw_dir: Path) -> None:
         self.raw_dir = raw_dir
@@ -100,9 +100,23 @@ class LogWriter:
             moment = datetime.fromtimestamp(key // PARTITIONS * HOUR_MS / 1000, tz=UTC)
             folder = self.raw_dir / f"ingest_date={moment:%Y-%m-%d}" / f"ingest_hour={moment:%H}"
             folder.mkdir(parents=True, exist_ok=True)
-            name = f"events-p{key % PARTITIONS}-{chunk:04d}.parquet"
-            write_log_file(table.slice(begin, end - begin), folder / name)
+            rows = table.slice(begin, end - begin)
+            offsets = pc.min_max(rows["kafka_offset"])
+            name = file_name("events", key % PARTITIONS, offsets["min"].as_py(), offsets["max"].as_py())
+            write_log_file(rows, folder / name)
             self.files += 1
+
+
+def in_archiver_order(table: pa.Table) -> pa.Table:
+    """Log rows in ingestion order with the offsets a broker gives them: each partition's rows
+    numbered from 0 in that order (so the files of successive flushes span successive offsets)."""
+    table = table.sort_by([("ingest_ts", "ascending"), ("kafka_partition", "ascending")])
+    parts = table["kafka_partition"].to_numpy()
+    offsets = np.empty(len(parts), dtype=np.int64)
+    for partition in np.unique(parts):
+        mine = parts == partition
+        offsets[mine] = np.arange(int(mine.sum()))
+    return table.set_column(table.schema.get_field_index("kafka_offset"), "kafka_offset", pa.array(offsets))
 
 
 def write_bench_log(

@@ -28,7 +28,7 @@ from typing import Any
 import pyarrow.dataset as ds
 
 from bench.batch_layer import in_new_process, run_spark
-from bench.batch_traffic import HOUR_MS, BenchTraffic, LogWriter, write_bench_log
+from bench.batch_traffic import HOUR_MS, BenchTraffic, LogWriter, in_archiver_order, write_bench_log
 from bench.machine import machine
 from bench.report import report
 from counting.settings import Settings
@@ -40,7 +40,7 @@ def _log(message: str) -> None:
     print(f"[log-files-bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def _positive(text: str) -> int:
+def at_least_one(text: str) -> int:
     """A whole number of at least 1; the error names the value."""
     value = int(text) if text.isdigit() else 0
     if value < 1:
@@ -53,7 +53,7 @@ def bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     # One log of rows, then written again as each flush interval splits it.
     source = work / "generated"
     write_bench_log(source, BenchTraffic(events=args.events, seed=args.seed, span_ms=span_ms))
-    rows_of_log = ds.dataset(source, format="parquet").to_table().sort_by("ingest_ts")
+    rows_of_log = in_archiver_order(ds.dataset(source, format="parquet").to_table())
     logs: dict[int, tuple[Settings, int]] = {}
     for flush_ms in args.flush_ms:
         settings = Settings(data_dir=work / f"flush-{flush_ms}", bucket_ms=60_000)
@@ -98,10 +98,10 @@ def bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="python -m bench.log_files", description=__doc__)
-    parser.add_argument("--events", type=_positive, default=72_000, help="log rows (72,000: an hour at 20/s)")
-    parser.add_argument("--rate", type=_positive, default=20, help="events ingested a second")
-    parser.add_argument("--flush-ms", type=_positive, nargs="+", default=[1_000, 10_000])
-    parser.add_argument("--repeat", type=_positive, default=2, help="runs of the job on each log")
+    parser.add_argument("--events", type=at_least_one, default=72_000, help="log rows (72,000: 1 h at 20/s)")
+    parser.add_argument("--rate", type=at_least_one, default=20, help="events ingested a second")
+    parser.add_argument("--flush-ms", type=at_least_one, nargs="+", default=[1_000, 10_000])
+    parser.add_argument("--repeat", type=at_least_one, default=2, help="runs of the job on each log")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)

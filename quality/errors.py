@@ -32,3 +32,7 @@ class MissingInputs(QualityError):
 
 class QuarantineRefused(QualityError, ValueError):
     """A quarantine or release that cannot be done as asked (no such file, no reason given)."""
+
+
+class CompactionFailed(QualityError):
+    """A compaction found the files of an hour other than their validation recorded them."""

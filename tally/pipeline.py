@@ -3,8 +3,8 @@ data interval so that a re-run of an interval replaces what it wrote.
 
 wait for the cutoff → validate every raw file the run reads that is not yet validated → compute
 (payouts too, kept aside) → validate the outputs → publish (and record the run) → write payouts →
-build the warehouse → expire old speed buckets. `batch_run` is the same path by hand (`tally
-batch run`).
+compact the log's closed hours → build the warehouse → expire old speed buckets. `batch_run` is
+the same path by hand (`tally batch run`).
 """
 
 from __future__ import annotations
@@ -286,6 +286,7 @@ class ManualRun:
     output_validation: str | None
     payouts_written: int | None
     payouts_note: str | None = None
+    compaction: dict[str, Any] | None = None
 
 
 def batch_run(
@@ -344,6 +345,11 @@ def batch_run(
         with stage(progress, "payouts") as note:
             written = write_run_payouts(settings, result.run_id)[1]
             note.detail = f"{written:,} ledger rows"
+    compaction = None
+    if published:
+        with stage(progress, "compact log") as note:
+            compaction = compact_log(settings, cutoff)
+            note.detail = f"{compaction['merged']:,} files into {compaction['written']:,}"
     return ManualRun(
         result,
         published,
@@ -351,6 +357,7 @@ def batch_run(
         output_summary,
         written,
         _payouts_note(result, catalog_loaded, written),
+        compaction,
     )
 
 
@@ -389,6 +396,21 @@ def _nothing_read(cutoff: int, force: bool, warn: Callable[[str], None]) -> None
             "it would serve an empty baseline; pick a later cutoff (or 'auto'), or pass --force"
         )
     warn(f"--force: publishing cutoff {cutoff}, which reads NO event: an empty baseline is served")
+
+
+def compact_log(settings: Settings, cutoff: int) -> dict[str, Any]:
+    """Merge the validated files of each hour that ends at or before the run's (closed) cutoff, a
+    file per partition (`quality.compaction`); returns what it did as a plain dict."""
+    from quality.compaction import compact_log as compact
+    from warehouse.migrate import migrate
+
+    migrate(settings.store_url)
+    report = compact(settings, cutoff)
+    if report.left:
+        log.warning(
+            "log compaction left %d group(s) as they are: %s", len(report.left), "; ".join(report.left[:5])
+        )
+    return asdict(report)
 
 
 def build_warehouse(settings: Settings) -> str:

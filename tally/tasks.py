@@ -1,6 +1,7 @@
 """The Airflow tasks both DAGs run once a batch is computed: validate its outputs, publish the
-baseline, write the payouts, announce the milestones it reached, build the warehouse. Each is one
-call into `tally`, imported inside the task so that parsing a DAG file stays cheap."""
+baseline, write the payouts, announce the milestones it reached, compact the log's closed hours,
+build the warehouse. Each is one call into `tally`, imported inside the task so that parsing a DAG
+file stays cheap."""
 
 from __future__ import annotations
 
@@ -74,6 +75,13 @@ def announce_milestones() -> dict[str, Any]:
 
 
 @task
+def compact_log(run: dict[str, Any]) -> dict[str, Any]:
+    from tally import pipeline
+
+    return pipeline.compact_log(Settings(), int(run["cutoff"]))
+
+
+@task
 def build_warehouse() -> str:
     from tally import pipeline
 
@@ -82,4 +90,11 @@ def build_warehouse() -> str:
 
 def after_compute(run: Any) -> list[Any]:
     """The tasks after `compute`, in their order (for `chain`)."""
-    return [validate_outputs(run), publish(run), write_payouts(run), announce_milestones(), build_warehouse()]
+    return [
+        validate_outputs(run),
+        publish(run),
+        write_payouts(run),
+        announce_milestones(),
+        compact_log(run),
+        build_warehouse(),
+    ]

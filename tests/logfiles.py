@@ -15,7 +15,7 @@ from counting import oracle
 from counting.bots import SHIPPED, BotFilter
 from counting.event import Event
 from counting.logschema import LOG_COLUMNS
-from speed_layer.archiver.archiver import write_log_file
+from speed_layer.archiver.archiver import file_name, write_log_file
 from warehouse.baseline import BaselineRow
 
 _ARROW_TYPES = {"string": pa.string(), "int64": pa.int64(), "double": pa.float64()}
@@ -47,15 +47,17 @@ def write_rows(folder: Path, name: str, rows: list[dict[str, object]]) -> Path:
 
 
 def write_log(raw_dir: Path, events: Sequence[Event], files_per_hour: int = 2) -> None:
-    """Write events as the archiver does: `ingest_date=YYYY-MM-DD/ingest_hour=HH/*.parquet` (UTC)."""
+    """Write events as the archiver does: `ingest_date=YYYY-MM-DD/ingest_hour=HH/` (UTC), files named
+    by the offsets they hold (`events-p0-FIRST-LAST.parquet`), each an offset range of the hour."""
     by_hour: dict[Path, list[dict[str, object]]] = defaultdict(list)
     for row in log_rows(events):
         by_hour[hour_folder(raw_dir, int(str(row["ingest_ts"])))].append(row)
     for folder, rows in by_hour.items():
-        for part in range(files_per_hour):
-            chunk = rows[part::files_per_hour]
-            if chunk:
-                write_rows(folder, f"events-0-{part:05d}.parquet", chunk)
+        size = -(-len(rows) // files_per_hour)
+        for start in range(0, len(rows), size):
+            chunk = rows[start : start + size]
+            first, last = int(str(chunk[0]["kafka_offset"])), int(str(chunk[-1]["kafka_offset"]))
+            write_rows(folder, file_name("events", 0, first, last), chunk)
 
 
 def oracle_rows(

@@ -1,12 +1,13 @@
 """The relational store: open it, keep the video catalog, record batch runs, write and read the
 payout ledger, record validated and quarantined raw files. Every statement is parameterised;
 nothing here migrates the schema (see `migrate`). One module per part: `connection`, `catalog`,
-`runs`, `ledger`, `validated`, `quarantine`; their public names stay importable from here, where
+`runs`, `ledger`, `validated`, `compacted`, `quarantine`; their public names stay importable from here, where
 the other layers import them."""
 
 from __future__ import annotations
 
 from warehouse.catalog import catalog, creator_videos, upsert_catalog
+from warehouse.compacted import CompactedFile, compacted_files, record_compaction
 from warehouse.connection import Store, open_store
 from warehouse.ledger import (
     MONEY_PLACE,
@@ -28,6 +29,7 @@ __all__ = [
     "RUNNING",
     "RUN_STATUSES",
     "SUCCEEDED",
+    "CompactedFile",
     "LedgerRow",
     "PayoutRow",
     "PayoutSummary",
@@ -36,6 +38,7 @@ __all__ = [
     "Store",
     "ValidatedFile",
     "catalog",
+    "compacted_files",
     "creator_videos",
     "get_run",
     "latest_payout",
@@ -43,6 +46,7 @@ __all__ = [
     "open_store",
     "payout_summaries",
     "quarantined_files",
+    "record_compaction",
     "record_quarantine",
     "record_run",
     "record_validated",

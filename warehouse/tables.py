@@ -117,6 +117,19 @@ validated_files = sa.Table(
     sa.Column("validated_by", sa.String(128), nullable=False),  # the run that validated it
 )
 
+# Raw log files merged into a larger one by `tally batch compact` (validated files of a closed hour
+# and partition): where each one's rows are now, so the raw gate and the payout audit follow them.
+compacted_files = sa.Table(
+    "compacted_files",
+    metadata,
+    sa.Column("path", sa.String(1024), primary_key=True),  # the merged file, relative to the raw directory
+    sa.Column("sha256", sa.String(64), nullable=False),  # its checksum as validated
+    sa.Column("rows", sa.BigInteger, nullable=False),
+    sa.Column("into_path", sa.String(1024), nullable=False),  # the file that holds its rows now
+    sa.Column("into_sha256", sa.String(64), nullable=False),  # that file's checksum when written
+    sa.Column("compacted_at", UtcDateTime, nullable=False),
+)
+
 # A video reaching a step of the milestone ladder in a published baseline, once per (video, step):
 # the outbox of its announcements (the milestones topic, an optional webhook).
 milestones = sa.Table(

@@ -58,12 +58,12 @@ def record_validated(store: Store, files: Iterable[ValidatedFile]) -> int:
 
 
 def forget_log_files(store: Store) -> int:
-    """Forget every validated and quarantined raw file (a log wiped to start empty: `tally up
-    --reset`); returns how many records were dropped. A store not migrated yet has none."""
+    """Forget every validated, compacted and quarantined raw file (a log wiped to start empty:
+    `tally up --reset`); returns how many records were dropped. A store not migrated yet has none."""
     with transaction(store) as connection:
         present = sa.inspect(connection)
         dropped = 0
-        for table in (tables.validated_files, tables.quarantined_files):
+        for table in (tables.validated_files, tables.compacted_files, tables.quarantined_files):
             if present.has_table(table.name):
                 dropped += connection.execute(sa.delete(table)).rowcount or 0
         return dropped

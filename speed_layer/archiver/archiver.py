@@ -26,8 +26,8 @@ from speed_layer.records import Record, by_partition, decode_record
 
 _ARROW_TYPES = {"string": pa.string(), "int64": pa.int64(), "double": pa.float64()}
 SCHEMA = pa.schema([pa.field(name, _ARROW_TYPES[kind]) for name, kind in LOG_COLUMNS])
-_NAME_RE = re.compile(r"^(?P<topic>.+)-p(?P<partition>\d+)-(?P<first>\d+)-(?P<last>\d+)\.parquet$")
-_TMP_SUFFIX = ".tmp"
+NAME_RE = re.compile(r"^(?P<topic>.+)-p(?P<partition>\d+)-(?P<first>\d+)-(?P<last>\d+)\.parquet$")
+TMP_SUFFIX = ".tmp"
 _log_fields = attrgetter(*EVENT_COLUMNS)
 
 
@@ -71,9 +71,9 @@ class ParquetLog:
     def _files(self, pattern: str) -> Iterable[tuple[Path, re.Match[str]]]:
         for path in self.raw_dir.glob(f"ingest_date=*/ingest_hour=*/{pattern}"):
             name = path.name
-            if name.startswith(".") and name.endswith(_TMP_SUFFIX):
-                name = name[1 : -len(_TMP_SUFFIX)]
-            match = _NAME_RE.match(name)
+            if name.startswith(".") and name.endswith(TMP_SUFFIX):
+                name = name[1 : -len(TMP_SUFFIX)]
+            match = NAME_RE.match(name)
             if match and match["topic"] == self.topic:
                 yield path, match
 
@@ -86,11 +86,11 @@ class ParquetLog:
 
     def _recover(self) -> None:
         finals = {path.name for path, _ in self._files("*.parquet")}
-        for path, match in list(self._files(".*.parquet" + _TMP_SUFFIX)):
+        for path, match in list(self._files(".*.parquet" + TMP_SUFFIX)):
             final = path.with_name(match.string)
             if final.name in finals:
                 os.replace(path, final)
-                _fsync_dir(final.parent)
+                fsync_dir(final.parent)
                 logs.warning("archive_recovered", file=final, action="rename")
             else:
                 path.unlink()
@@ -170,15 +170,15 @@ class ParquetLog:
         for directory, pairs in sorted(rows.items()):
             directory.mkdir(parents=True, exist_ok=True)
             final = directory / name
-            temp = directory / f".{name}{_TMP_SUFFIX}"
+            temp = directory / f".{name}{TMP_SUFFIX}"
             _write_table(temp, pairs, partition)
             staged.append((temp, final))
         for temp, final in staged:
             os.replace(temp, final)
         for directory in {final.parent for _, final in staged}:
-            _fsync_dir(directory)
-            _fsync_dir(directory.parent)
-            _fsync_dir(directory.parent.parent)
+            fsync_dir(directory)
+            fsync_dir(directory.parent)
+            fsync_dir(directory.parent.parent)
         report.rows += sum(len(pairs) for pairs in rows.values())
         report.files.extend(final for _, final in staged)
 
@@ -208,7 +208,7 @@ def _write_table(path: Path, events: list[tuple[Event, int]], partition: int) ->
         os.fsync(handle.fileno())
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -90,7 +90,12 @@ def batch_run(
             warn=loud,
             progress=display,
         )
-        answer = {**asdict(done.result), "published": done.published, "payouts_written": done.payouts_written}
+        answer = {
+            **asdict(done.result),
+            "published": done.published,
+            "payouts_written": done.payouts_written,
+            "log_compacted": done.compaction,
+        }
         if done.published:
             with stage(display, "milestones"):
                 answer["milestones_announced"] = _announce_milestones(settings, loud)
@@ -106,6 +111,25 @@ def batch_run(
         f"batch: run {done.result.run_id} {state} in {display.total():.1f} s", markup=False, highlight=False
     )
     print_json(answer)
+
+
+@batch_app.command("compact")
+@clear_errors
+def batch_compact(data_dir: DataDir = None) -> None:
+    """Merge the validated files of each closed hour of the raw log into one file per partition, up
+    to the served baseline's cutoff ('tally batch run' and the DAGs do it after each publish). The
+    raw gate and 'tally audit payout' follow the merged files' rows."""
+    from tally import pipeline
+    from warehouse.baseline import read_pointer
+
+    settings = settings_of(data_dir)
+    served = read_pointer(settings.baselines_dir)
+    if served is None:
+        raise TallyError(
+            "no baseline is published yet: compaction merges only files a run validated; run "
+            "'tally batch run' first (it compacts what it validated)"
+        )
+    print_json(pipeline.compact_log(settings, int(str(served["cutoff"]))))
 
 
 @batch_app.command("quarantine")

@@ -29,7 +29,7 @@ from tests.batch_layer.test_batch_payouts import (
 )
 from tests.logfiles import write_log  # module scope: the write_log fixture is per test
 from warehouse.errors import PayoutNotFound
-from warehouse.store import LedgerRow, latest_payout, ledger_rows, open_store
+from warehouse.store import LedgerRow, compacted_files, latest_payout, ledger_rows, open_store
 
 pytestmark = pytest.mark.slow
 
@@ -108,3 +108,36 @@ def test_dropping_counted_views_from_one_raw_file_is_reported(
         assert latest_payout(store, row.creator_id, row.day) == row  # the audit writes nothing
     text = report.render()
     assert "MISMATCH" in text and target in text
+
+
+def test_a_compacted_log_proves_every_payout_and_names_a_changed_merged_file(
+    paid: tuple[Settings, list[Event]], tmp_path: Path
+) -> None:
+    from quality import validate_raw
+    from quality.compaction import compact_log
+
+    source, _ = paid
+    settings = source.model_copy(update={"data_dir": tmp_path / "data"})
+    shutil.copytree(source.data_dir, settings.data_dir)
+    ledger = _ledger(settings)
+    assert validate_raw(settings, CUTOFF, None, "run-1").success  # the raw gate records the files
+    compaction = compact_log(settings, CUTOFF)
+    assert compaction.merged > compaction.written >= 1
+    with open_store(settings.store_url) as store:
+        moved = compacted_files(store)
+    assert set(moved) & {path for row in ledger for path in row.input_files}  # the ledger names merged files
+
+    reports = [audit_payout(settings, row.creator_id, row.day) for row in ledger]
+
+    assert [(r.differences, r.notes) for r in reports] == [((), ())] * len(ledger)
+    assert [r.log_digest for r in reports] == [row.counted_ids_digest for row in ledger]
+
+    original, record = next(iter(sorted(moved.items())))
+    merged = settings.raw_dir / record.into_path
+    table = pq.read_table(merged, partitioning=None)
+    pq.write_table(table.slice(1), merged)  # one row less
+    row = next(r for r in ledger if original in r.input_files)
+
+    report = audit_payout(settings, row.creator_id, row.day)
+
+    assert f"file {original} (compacted into {record.into_path}) changed (sha256 " in report.differences[0]

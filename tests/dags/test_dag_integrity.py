@@ -77,6 +77,7 @@ def test_batch_dag_runs_its_steps_in_order(dag_bag: Any) -> None:
         "publish",
         "write_payouts",
         "announce_milestones",
+        "compact_log",
         "build_warehouse",
         "expire_speed_buckets",
     ]

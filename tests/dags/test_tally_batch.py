@@ -191,6 +191,7 @@ def test_a_corrupt_partition_fails_at_validation_and_the_previous_baseline_stays
         "publish",
         "write_payouts",
         "announce_milestones",
+        "compact_log",
         "build_warehouse",
     )
     assert {states[task] for task in downstream} == {"upstream_failed"}
@@ -255,5 +256,6 @@ def test_a_run_that_reads_no_event_publishes_nothing(
 
     states = _states(run)
     assert (states["compute"], states["publish"]) == ("success", "skipped"), states
-    assert {states[t] for t in ("write_payouts", "announce_milestones", "build_warehouse")} == {"skipped"}
+    skipped = ("write_payouts", "announce_milestones", "compact_log", "build_warehouse")
+    assert {states[t] for t in skipped} == {"skipped"}
     assert current_baseline(settings.baselines_dir) is None

@@ -93,9 +93,17 @@ def test_the_readme_sequence_pays_and_the_audit_proves_it(data_dir: Path) -> Non
         "validate outputs",
         "publish",
         "payouts",
+        "compact log",
         "milestones",
     ]
     assert all(f"batch: {name} ..." in output for name in _stages(output))  # said as each started
+    compacted = answer["log_compacted"]  # the hour before midnight is closed: its files are merged
+    assert compacted["merged"] > compacted["written"] >= 1 and compacted["left"] == []
+    assert re.search(
+        rf"^batch: compact log +done in .*\({compacted['merged']:,} files into {compacted['written']:,}\)$",
+        output,
+        re.M,
+    )
     assert re.search(rf"^batch: read +done in .*\({answer['events_read']:,} events\)$", output, re.M)
     assert re.search(
         rf"^batch: payouts +done in .*\({answer['payouts_written']:,} ledger rows\)$", output, re.M

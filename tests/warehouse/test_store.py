@@ -106,8 +106,8 @@ def _figures(rows: Sequence[PayoutRow]) -> list[tuple[str, date, str, int, Decim
 
 
 def test_migrations_build_exactly_the_metadata(store: Store, store_url: str) -> None:
-    assert current_revision(store) == head_revision() == "0004"
-    assert migrate(store_url) == "0004"  # again: nothing to do
+    assert current_revision(store) == head_revision() == "0005"
+    assert migrate(store_url) == "0005"  # again: nothing to do
     with store.engine.connect() as connection:
         context = MigrationContext.configure(connection, opts={"compare_type": True})
         assert compare_metadata(context, metadata) == []
@@ -276,7 +276,7 @@ def test_the_migration_summarises_the_input_files_of_existing_ledger_rows(tmp_pa
         )
     engine.dispose()
 
-    assert migrate(url) == "0004"
+    assert migrate(url) == "0005"
 
     with open_store(url) as store:
         [summary] = payout_summaries(store, "c1")
