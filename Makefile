@@ -55,7 +55,7 @@ test: lint docs
 unit: install
 	$(VENV)/bin/pytest -m "not slow" $(PYTEST_ARGS)
 
-BENCHMARKS ?= speed_layer counter_cpu script_or_commands broker freshness batch_layer log_files serving ingest soak bots regions
+BENCHMARKS ?= speed_layer counter_cpu script_or_commands broker freshness batch_layer log_files interval_run serving ingest soak bots regions
 
 bench: install
 	@for b in $(BENCHMARKS); do echo "== bench.$$b"; $(PY) -m bench.$$b || exit 1; done
