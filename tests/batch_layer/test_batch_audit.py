@@ -50,6 +50,13 @@ def _ledger(settings: Settings) -> list[LedgerRow]:
         return [row for creator in creators for row in ledger_rows(store, creator)]
 
 
+def _copy_of(source: Settings, tmp_path: Path) -> Settings:
+    """The paid run's data directory copied for one test to change."""
+    settings = source.model_copy(update={"data_dir": tmp_path / "data"})
+    shutil.copytree(source.data_dir, settings.data_dir)
+    return settings
+
+
 def test_every_payout_of_an_untouched_log_matches(paid: tuple[Settings, list[Event]]) -> None:
     settings, _ = paid
     ledger = _ledger(settings)
@@ -73,8 +80,7 @@ def test_dropping_counted_views_from_one_raw_file_is_reported(
     paid: tuple[Settings, list[Event]], tmp_path: Path
 ) -> None:
     source, events = paid
-    settings = source.model_copy(update={"data_dir": tmp_path / "data"})
-    shutil.copytree(source.data_dir, settings.data_dir)
+    settings = _copy_of(source, tmp_path)
     row = max(_ledger(settings), key=lambda r: r.monetizable_views)
     counted = pq.read_table(payout_events_path(settings, row.run_id) / f"date={row.day.isoformat()}")
     counted_ids = set(counted.filter(pc.equal(counted["creator_id"], row.creator_id))["event_id"].to_pylist())
@@ -116,9 +122,7 @@ def test_a_compacted_log_proves_every_payout_and_names_a_changed_merged_file(
     from quality import validate_raw
     from quality.compaction import compact_log
 
-    source, _ = paid
-    settings = source.model_copy(update={"data_dir": tmp_path / "data"})
-    shutil.copytree(source.data_dir, settings.data_dir)
+    settings = _copy_of(paid[0], tmp_path)
     ledger = _ledger(settings)
     assert validate_raw(settings, CUTOFF, None, "run-1").success  # the raw gate records the files
     compaction = compact_log(settings, CUTOFF)
