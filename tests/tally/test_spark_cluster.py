@@ -111,6 +111,10 @@ def test_the_batch_on_the_cluster_writes_what_local_mode_writes_and_the_oracle_c
     assert code == 0 and output.count("already running") == 3, output
     code, output = _tally("spark", "up", "--data-dir", str(data_dir / "other"), "--port", port)
     assert code == 2 and f"port {port} on 127.0.0.1 is in use: pick another with --port" in output
+    settings = _settings(data_dir)
+    # Local mode first: the published run compacts the closed hours, and a run's payout rows name
+    # the files it read.
+    local = BatchResult(**pipeline.compute(settings, CUTOFF, "local-mode"))
     monkeypatch.setenv("TALLY_SPARK_MASTER", cluster.master_url)
 
     code, output = _tally("batch", "run", "--data-dir", str(data_dir), "--cutoff", str(CUTOFF), "--payouts")
@@ -124,13 +128,10 @@ def test_the_batch_on_the_cluster_writes_what_local_mode_writes_and_the_oracle_c
     app_id = master["completedapps"][0]["id"]
     work = data_dir / "run" / "spark"
     assert (work / "worker-1" / app_id).is_dir() and (work / "worker-2" / app_id).is_dir()  # executors ran
-    settings = _settings(data_dir)
     baseline = current_baseline(settings.baselines_dir)
     assert baseline is not None and baseline.run_id == on_cluster
     assert baseline.rows == oracle_rows(traffic_events(TRAFFIC), CUTOFF)
-
-    local = BatchResult(**pipeline.compute(settings, CUTOFF, "local-mode"))
-
+    assert answer["log_compacted"]["merged"] > 0
     assert (local.events_read, local.videos, local.payouts) == (
         answer["events_read"],
         answer["videos"],
