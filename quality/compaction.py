@@ -5,6 +5,7 @@ every row. Only files validated with their current checksum are merged."""
 
 from __future__ import annotations
 
+import fcntl
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -22,6 +23,10 @@ from warehouse.store import open_store, validated_files
 from warehouse.validated import ValidatedFile
 
 log = Log("tally.compaction")
+
+# Held while a compaction runs, beside the log's hour directories (Spark and the raw gate pass over
+# names starting with a dot).
+LOCK_FILE = ".compaction.lock"
 
 COMPACTED_BY = (
     "compaction"  # `validated_by` of a merged file: its rows were validated in the files it replaces
@@ -45,9 +50,24 @@ class CompactionReport:
 def compact_log(settings: Settings, before_ms: int, now: datetime | None = None) -> CompactionReport:
     """Merge the files of each hour that ends at or before `before_ms` (a closed cutoff: the archiver
     writes no more rows there), a file per topic and partition, where each is validated with its
-    current checksum (the store must be migrated)."""
-    raw_dir = settings.raw_dir
+    current checksum (the store must be migrated). One compaction of a log at a time: while another
+    runs, this one does nothing and says so in `left`."""
     report = CompactionReport()
+    if not settings.raw_dir.is_dir():
+        return report
+    with open(settings.raw_dir / LOCK_FILE, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            report.left.append("another compaction of this log is running: it merges what this one would")
+            return report
+        return _compact(settings, before_ms, now, report)
+
+
+def _compact(
+    settings: Settings, before_ms: int, now: datetime | None, report: CompactionReport
+) -> CompactionReport:
+    raw_dir = settings.raw_dir
     moment = now or datetime.now(UTC)
     with open_store(settings.store_url) as store:
         known = validated_files(store)

@@ -5,6 +5,7 @@ gate has not validated are left as they are."""
 
 from __future__ import annotations
 
+import fcntl
 import shutil
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from counting.event import Event
 from counting.settings import Settings
 from counting.wire import encode_events
 from quality import require_validated_inputs, validate_raw
-from quality.compaction import compact_log
+from quality.compaction import LOCK_FILE, compact_log
 from quality.inputs import check_inputs, known_files
 from speed_layer.archiver.archiver import ParquetLog, file_name, hour_dir
 from speed_layer.archiver.compaction import log_files, merge
@@ -179,3 +180,20 @@ def test_a_compaction_stopped_before_removing_the_merged_files_is_finished(
     assert _rows(settings) == before
     check = check_inputs(settings.raw_dir, EDGE + HOUR, known_files(settings.store_url))
     assert (check.pending, check.missing) == ((), ())
+
+
+def test_one_compaction_of_a_log_at_a_time(settings: Settings, events: list[Event]) -> None:
+    _archive(settings, events)
+    first_hour = hour_dir(settings.raw_dir, START)
+    validate_raw(settings, EDGE + HOUR, None, "run-1")
+    names = _files(first_hour)
+    with open(settings.raw_dir / LOCK_FILE, "a") as held:  # another compaction holds the log
+        fcntl.flock(held, fcntl.LOCK_EX)
+
+        report = compact_log(settings, EDGE)
+
+    assert (report.merged, report.written) == (0, 0)
+    assert report.left == ["another compaction of this log is running: it merges what this one would"]
+    assert _files(first_hour) == names
+
+    assert compact_log(settings, EDGE).written == 2  # once it is done
