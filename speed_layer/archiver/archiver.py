@@ -196,9 +196,16 @@ def table_of(events: list[tuple[Event, int]], partition: int) -> pa.Table:
     return pa.Table.from_pydict(data, schema=SCHEMA)
 
 
+def log_file_writer(where: Path | BinaryIO) -> pq.ParquetWriter:
+    """A writer of one Parquet file of the log, row group by row group: only `DICTIONARY_COLUMNS`
+    dictionary-encoded."""
+    return pq.ParquetWriter(where, SCHEMA, use_dictionary=list(DICTIONARY_COLUMNS))
+
+
 def write_log_file(table: pa.Table, where: Path | BinaryIO) -> None:
-    """Write log rows as one Parquet file of the log: only `DICTIONARY_COLUMNS` dictionary-encoded."""
-    pq.write_table(table, where, use_dictionary=list(DICTIONARY_COLUMNS))
+    """Write log rows as one Parquet file of the log."""
+    with log_file_writer(where) as writer:
+        writer.write_table(table)
 
 
 def _write_table(path: Path, events: list[tuple[Event, int]], partition: int) -> None:

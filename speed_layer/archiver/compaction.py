@@ -12,7 +12,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from speed_layer.archiver.archiver import NAME_RE, SCHEMA, TMP_SUFFIX, file_name, fsync_dir, write_log_file
+from speed_layer.archiver.archiver import NAME_RE, SCHEMA, TMP_SUFFIX, file_name, fsync_dir, log_file_writer
+
+# Rows a merged file's row groups hold (the last one fewer): a merge keeps at most this many rows and
+# one source file in memory.
+ROW_GROUP_ROWS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -68,18 +72,36 @@ def merge(files: Sequence[LogFile]) -> tuple[Path, int]:
     ):
         raise ValueError(f"merge takes files of one hour directory, topic and partition (got {files!r})")
     ordered = sorted(files, key=lambda f: f.first)
-    table = pa.concat_tables([pq.ParquetFile(f.path).read().cast(SCHEMA) for f in ordered])
     name = file_name(first.topic, first.partition, ordered[0].first, max(f.last for f in ordered))
     directory = first.path.parent
     final = directory / name
     temp = directory / f".{name}{TMP_SUFFIX}"
+    rows = waiting_rows = 0
     with open(temp, "wb") as handle:
-        write_log_file(table, handle)
+        with log_file_writer(handle) as writer:
+            waiting: list[pa.Table] = []
+            for log_file in ordered:  # a file at a time: memory holds at most a row group and a file
+                waiting.append(pq.ParquetFile(log_file.path).read().cast(SCHEMA))
+                waiting_rows += waiting[-1].num_rows
+                if waiting_rows >= ROW_GROUP_ROWS:
+                    rows += _write_group(writer, waiting)
+                    waiting_rows = 0
+            rows += _write_group(writer, waiting)
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(temp, final)
     fsync_dir(directory)
-    return final, table.num_rows
+    return final, rows
+
+
+def _write_group(writer: pq.ParquetWriter, waiting: list[pa.Table]) -> int:
+    """Write the waiting tables as one row group; returns its rows."""
+    if not waiting:
+        return 0
+    table = pa.concat_tables(waiting)
+    writer.write_table(table, row_group_size=max(1, table.num_rows))
+    waiting.clear()
+    return table.num_rows
 
 
 def remove(files: Sequence[LogFile]) -> None:
