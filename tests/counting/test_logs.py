@@ -12,8 +12,10 @@ from counting import logs
 
 # The loggers the tests write to. Another test's set-up in the same process may have given one a
 # handler of its own and cut it off from the root: Airflow's logging sends `uvicorn.error` to its
-# handler, not up, once Airflow is imported (the DAG tests, run before these on an xdist worker).
-LOGGERS = ("tally.test", "uvicorn.error")
+# handler, not up, once Airflow is imported (the DAG tests, run before these on an xdist worker);
+# a uvicorn server started in process (tests/servers.py) gives `uvicorn` a handler and stops it
+# propagating.
+LOGGERS = ("tally.test", "uvicorn", "uvicorn.error")
 
 
 @pytest.fixture
@@ -24,18 +26,20 @@ def lines() -> Iterator[io.StringIO]:
     root = logging.getLogger()
     saved, level = root.handlers[:], root.level
     named = [logging.getLogger(name) for name in LOGGERS]
-    states = [(logger.handlers[:], logger.propagate, logger.level) for logger in named]
+    states = [(logger.handlers[:], logger.propagate, logger.level, logger.disabled) for logger in named]
     for logger in named:
         logger.handlers.clear()
         logger.propagate = True
+        logger.disabled = False
         logger.setLevel(logging.NOTSET)
     logs.configure("ingest", "INFO", stream)
     yield stream
     root.handlers[:] = saved
     root.setLevel(level)
-    for logger, (handlers, propagate, own_level) in zip(named, states, strict=True):
+    for logger, (handlers, propagate, own_level, disabled) in zip(named, states, strict=True):
         logger.handlers[:] = handlers
         logger.propagate = propagate
+        logger.disabled = disabled
         logger.setLevel(own_level)
 
 
